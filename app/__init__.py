@@ -1,0 +1,1 @@
+"""fenceline: an execution control plane."""

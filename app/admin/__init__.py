@@ -1,0 +1,1 @@
+"""Operator administration: export and restore."""

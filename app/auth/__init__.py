@@ -1,0 +1,1 @@
+"""Who may call what: operator login, worker tokens and attempt tokens."""

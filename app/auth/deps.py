@@ -1,0 +1,71 @@
+"""Authentication dependencies: who is calling, and with which kind of token."""
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
+
+from app.auth import tokens
+from app.auth.service import Installation
+from app.errors import AppError
+
+bearer_scheme = HTTPBearer(auto_error=False, description="A token from POST /auth/token or admission.")
+basic_scheme = HTTPBasic(auto_error=False, description="Operator username and password.")
+
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+BasicDep = Annotated[HTTPBasicCredentials | None, Depends(basic_scheme)]
+
+
+def installation(request: Request) -> Installation:
+    return request.app.state.installation
+
+
+def unauthorized(detail: str, scheme: str = "Bearer") -> AppError:
+    err = AppError(401, "unauthorized", "Unauthorized", detail)
+    err.headers = {"WWW-Authenticate": scheme}
+    return err
+
+
+def forbidden(detail: str) -> AppError:
+    return AppError(403, "forbidden", "Forbidden", detail)
+
+
+def verified_claims(request: Request, bearer: HTTPAuthorizationCredentials | None, *scopes: str) -> dict[str, Any]:
+    """The claims of the bearer token, which must have one of `scopes`; else 401/403."""
+    if bearer is None:
+        raise unauthorized("A bearer token is required.")
+    try:
+        return tokens.decode(installation(request).keyring, bearer.credentials, scopes=scopes)
+    except tokens.InvalidToken as exc:
+        raise unauthorized(f"The token was refused: {exc}.") from exc
+    except tokens.WrongScope as exc:
+        raise forbidden(str(exc)) from exc
+
+
+def require_operator(request: Request, bearer: BearerDep) -> str:
+    """An operator's bearer token; answers the operator's name."""
+    return verified_claims(request, bearer, "operator")["sub"]
+
+
+def require_operator_or_basic(request: Request, bearer: BearerDep, basic: BasicDep) -> str:
+    """An operator by bearer token or HTTP Basic (Airflow 2 clients, metric scrapers)."""
+    if basic is not None and bearer is None:
+        if installation(request).operator.check(basic.username, basic.password):
+            return basic.username
+        raise unauthorized("Invalid username or password.", scheme='Basic realm="fenceline"')
+    return verified_claims(request, bearer, "operator")["sub"]
+
+
+def require_worker(request: Request, bearer: BearerDep) -> uuid.UUID:
+    """A worker token from admission; answers its execution_id."""
+    claims = verified_claims(request, bearer, "worker")
+    try:
+        return uuid.UUID(claims["sub"])
+    except ValueError as exc:
+        raise unauthorized("The worker token names no execution.") from exc
+
+
+OperatorDep = Annotated[str, Depends(require_operator)]
+OperatorOrBasicDep = Annotated[str, Depends(require_operator_or_basic)]
+WorkerDep = Annotated[uuid.UUID, Depends(require_worker)]

@@ -1,0 +1,71 @@
+"""Installation bootstrap (the JWT key ring and the operator password) and login."""
+
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from argon2 import PasswordHasher
+from argon2.exceptions import VerificationError, InvalidHashError
+from sqlalchemy import Engine, select
+from sqlmodel import Session
+
+from app.auth.models import InstallationSecret
+from app.auth.tokens import KeyRing, new_secret
+from app.config import Settings
+from app.db import insert_ignore
+
+_hasher = PasswordHasher()
+
+
+@dataclass(frozen=True)
+class OperatorCredentials:
+    """The operator's username and either the configured password or the stored hash."""
+
+    username: str
+    password: str | None = None
+    password_hash: str | None = None
+
+    def check(self, username: str, password: str) -> bool:
+        user_ok = hmac.compare_digest(username.encode(), self.username.encode())
+        if self.password is not None:
+            return hmac.compare_digest(password.encode(), self.password.encode()) and user_ok
+        try:
+            return _hasher.verify(self.password_hash or "", password) and user_ok
+        except (VerificationError, InvalidHashError):
+            return False
+
+
+@dataclass(frozen=True)
+class Installation:
+    keyring: KeyRing
+    operator: OperatorCredentials
+    generated_password: str | None  # set only on the start that generated it
+
+
+def _get_or_create(session: Session, name: str, make: callable) -> tuple[str, bool]:
+    """The stored secret `name`, creating it once; safe when replicas start together."""
+    value = make()
+    created = insert_ignore(session, InstallationSecret, {"name": name, "value": value}, ["name"])
+    stored = session.execute(select(InstallationSecret.value).where(InstallationSecret.name == name)).scalar_one()
+    return stored, created
+
+
+def bootstrap(engine: Engine, settings: Settings) -> Installation:
+    """Load (or generate once) what this installation signs and logs in with."""
+    generated: str | None = None
+    with Session(engine) as session:
+        if settings.jwt_secret is not None:
+            active = settings.jwt_secret.get_secret_value()
+        else:
+            active, _ = _get_or_create(session, "jwt_secret", new_secret)
+        if settings.admin_password is not None:
+            operator = OperatorCredentials(settings.admin_username, password=settings.admin_password.get_secret_value())
+        else:
+            password = secrets.token_urlsafe(16)
+            stored_hash, created = _get_or_create(session, "admin_password_hash", lambda: _hasher.hash(password))
+            generated = password if created else None
+            operator = OperatorCredentials(settings.admin_username, password_hash=stored_hash)
+        session.commit()
+    keys = {kid: s.get_secret_value() for kid, s in settings.jwt_accepted_keys.items()}
+    keys[settings.jwt_kid] = active
+    return Installation(KeyRing(settings.jwt_kid, keys), operator, generated)

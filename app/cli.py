@@ -1,0 +1,68 @@
+"""The `fenceline` console command."""
+
+import argparse
+import sys
+
+from app.config import get_settings
+
+
+def _migrate() -> str:
+    from app.migrate import upgrade
+
+    settings = get_settings()
+    if settings.database_url is None:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.resolved_database_url
+    upgrade(url)
+    return url
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    url = _migrate()
+    print(f"fenceline: database at {_redacted(url)} is at the latest revision")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    url = _migrate()
+    settings = get_settings()
+    print(f"fenceline: data in {_redacted(url)}", flush=True)
+    print(
+        f"fenceline: listening on http://{args.host}:{args.port} — log in with POST /auth/token "
+        f'{{"username": "{settings.admin_username}", "password": …}} (HTTP Basic on /api/v1); '
+        "API docs at /docs",
+        flush=True,
+    )
+    if settings.admin_password is None:
+        print("fenceline: the operator password is FENCELINE_ADMIN_PASSWORD, or the one generated "
+              "and printed at this installation's first start", flush=True)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fenceline", description="fenceline execution control plane")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="migrate the database, then serve the API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=cmd_serve)
+    migrate = sub.add_parser("migrate", help="upgrade the database to the latest revision")
+    migrate.set_defaults(func=cmd_migrate)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Settings, read from FENCELINE_* environment variables (and DATABASE_URL)."""
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FENCELINE_", extra="ignore")
+
+    data_dir: Path = Path("data")
+    # Accepts FENCELINE_DATABASE_URL or the conventional DATABASE_URL.
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("FENCELINE_DATABASE_URL", "DATABASE_URL")
+    )
+
+    # Operator credentials. With no password configured, a fresh install generates one,
+    # stores only its hash and prints it once.
+    admin_username: str = "admin"
+    admin_password: SecretStr | None = None
+
+    # JWT signing: the active key id and secret; extra accepted keys for rotation as
+    # {"kid": "secret"}. With no secret configured, one is generated and kept in the database
+    # so that every replica on one database signs alike.
+    jwt_kid: str = "k1"
+    jwt_secret: SecretStr | None = None
+    jwt_accepted_keys: dict[str, SecretStr] = {}
+    operator_token_ttl_seconds: int = 3600
+    worker_token_ttl_seconds: int = 7 * 24 * 3600
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The SQLAlchemy URL: the SQLite file under data_dir unless one is configured."""
+        url = self.database_url or f"sqlite:///{(self.data_dir / 'fenceline.db').resolve()}"
+        # Plain postgresql:// URLs mean psycopg 3, the only PostgreSQL driver installed.
+        for prefix in ("postgresql://", "postgres://"):
+            if url.startswith(prefix):
+                return "postgresql+psycopg://" + url[len(prefix):]
+        return url
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Seats and executions: who may fill a worker seat, and which incarnation is current."""

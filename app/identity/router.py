@@ -1,0 +1,117 @@
+"""HTTP for seats and executions: parse, call one service function, map the result."""
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Request, Response
+
+from app.auth import tokens
+from app.auth.deps import OperatorDep, installation
+from app.db import SessionDep
+from app.errors import problems
+from app.identity import service
+from app.identity.models import Execution, Seat
+from app.identity.schemas import (
+    AdmissionPublic, AdmissionRequest, ExecutionPatch, ExecutionPublic, ExecutionsPublic, Observation,
+    OccupantsPublic, ResumeWrite, SeatName, SeatPublic, SeatPut,
+)
+
+router = APIRouter(prefix="/v1", tags=["identity"], responses=problems(401, 403, 422))
+SeatPath = Annotated[SeatName, Path(description="The seat's canonical name, e.g. etl-worker-3.")]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)]
+
+
+def execution_public(e: Execution) -> ExecutionPublic:
+    target = None
+    if e.has_target:
+        fields = ("pod_namespace", "pod_name", "pod_uid") if e.runtime_backend == "kubernetes" else (
+            "server_id", "process_namespace", "pid")
+        target = {f: getattr(e, f) for f in fields if getattr(e, f) is not None}
+    observation = None
+    if e.obs_phase is not None:
+        observation = Observation(phase=e.obs_phase, reason=e.obs_reason, exit_code=e.obs_exit_code,
+                                  terminal=bool(e.obs_terminal), observed_at=e.obs_observed_at)
+    return ExecutionPublic(
+        execution_id=e.execution_id, seat=e.seat, swarm=e.swarm, role=e.role, labels=e.labels,
+        generation=e.generation, previous_execution_id=e.previous_execution_id,
+        superseded=e.superseded_by is not None, runtime_backend=e.runtime_backend,
+        runtime_target=target, observation=observation, created_at=e.created_at, updated_at=e.updated_at,
+    )
+
+
+def seat_public(seat: Seat, execution: Execution | None) -> SeatPublic:
+    current = execution_public(execution) if execution is not None else None
+    return SeatPublic(
+        seat=seat.name, swarm=seat.swarm, role=seat.role, labels=seat.labels,
+        runtime_backend=current.runtime_backend if current else "local",
+        runtime_target=current.runtime_target if current else None,
+        resume_token=seat.resume_token, last_message_id=seat.last_message_id,
+        context_window=seat.context_window, updated_at=seat.updated_at,
+        execution_id=current.execution_id if current else None,
+        generation=current.generation if current else 0, execution=current,
+    )
+
+
+@router.post("/seats/{seat}/executions", status_code=201, response_model=AdmissionPublic,
+             responses={200: {"model": AdmissionPublic, "description": "Idempotent replay"}, **problems(409)})
+def admit_execution(
+    seat: SeatPath, body: AdmissionRequest, session: SessionDep, request: Request, response: Response,
+    _: OperatorDep, idempotency_key: IdempotencyKey = None,
+) -> AdmissionPublic:
+    """Admit a new execution of the seat before its runtime is created."""
+    execution, created = service.admit(session=session, seat=seat, request=body, idempotency_key=idempotency_key)
+    if not created:
+        response.status_code = 200
+    ttl = request.app.state.settings.worker_token_ttl_seconds
+    token = tokens.mint(installation(request).keyring,
+                        {"sub": str(execution.execution_id), "scope": "worker", "seat": seat}, ttl_seconds=ttl)
+    return AdmissionPublic(**execution_public(execution).model_dump(), worker_token=token)
+
+
+@router.get("/seats/{seat}/executions", responses=problems())
+def list_seat_executions(seat: SeatPath, session: SessionDep, _: OperatorDep) -> ExecutionsPublic:
+    """Every execution of the seat, ordered by generation."""
+    return ExecutionsPublic(items=[execution_public(e) for e in service.seat_executions(session=session, seat=seat)])
+
+
+@router.get("/executions/{execution_id}", responses=problems(404))
+def read_execution(execution_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> ExecutionPublic:
+    return execution_public(service.get_execution(session=session, execution_id=execution_id))
+
+
+@router.patch("/executions/{execution_id}", responses=problems(404, 409))
+def patch_execution(execution_id: uuid.UUID, body: ExecutionPatch, session: SessionDep, _: OperatorDep) -> ExecutionPublic:
+    """Bind pod_uid (once) and record the latest runtime observation."""
+    return execution_public(service.update_execution(session=session, execution_id=execution_id, patch=body))
+
+
+@router.get("/occupants")
+def list_occupants(session: SessionDep, _: OperatorDep) -> OccupantsPublic:
+    """The latest execution of every seat, from the execution history alone."""
+    return OccupantsPublic(items=[execution_public(e) for e in service.occupants(session=session)])
+
+
+@router.get("/seats/{seat}", responses=problems(404))
+def read_seat(seat: SeatPath, session: SessionDep, _: OperatorDep) -> SeatPublic:
+    return seat_public(*service.get_seat(session=session, seat=seat))
+
+
+@router.put("/seats/{seat}", responses={201: {"model": SeatPublic}, **problems(409)})
+def put_seat(seat: SeatPath, body: SeatPut, session: SessionDep, response: Response, _: OperatorDep) -> SeatPublic:
+    """The plain writer, for a seat with no runtime identity and no execution history."""
+    if service.put_seat(session=session, seat=seat, record=body):
+        response.status_code = 201
+    return seat_public(*service.get_seat(session=session, seat=seat))
+
+
+@router.delete("/seats/{seat}", status_code=204, responses=problems(404))
+def delete_seat(seat: SeatPath, session: SessionDep, _: OperatorDep) -> None:
+    """Drop the seat projection; its execution history survives."""
+    service.delete_seat(session=session, seat=seat)
+
+
+@router.put("/seats/{seat}/resume", responses=problems(404, 409))
+def write_resume(seat: SeatPath, body: ResumeWrite, session: SessionDep, _: OperatorDep) -> SeatPublic:
+    """Compare-and-swap the orchestrator-owned resume fields on the expected execution."""
+    stored = service.write_resume(session=session, seat=seat, write=body)
+    return seat_public(*service.get_seat(session=session, seat=stored.name))

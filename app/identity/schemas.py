@@ -1,0 +1,144 @@
+"""Wire schemas of the identity domain. Request bodies forbid unknown fields."""
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+SeatName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")]
+RuntimeBackend = Literal["local", "kubernetes"]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KubernetesTarget(Strict):
+    pod_namespace: Name
+    pod_name: Name
+    pod_uid: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+
+
+class LocalTarget(Strict):
+    server_id: Name | None = None
+    process_namespace: Name | None = None
+    pid: Annotated[int, Field(gt=0, le=2**31 - 1)] | None = None
+
+
+def parse_target(backend: str, target: dict[str, Any] | None) -> KubernetesTarget | LocalTarget | None:
+    """The target for its backend; raises ValueError (a 422) for anything else."""
+    if backend == "kubernetes":
+        if target is None:
+            raise ValueError("a kubernetes execution needs runtime_target with pod_namespace and pod_name")
+        return KubernetesTarget.model_validate(target)
+    return None if target is None else LocalTarget.model_validate(target)
+
+
+class SeatRecord(Strict):
+    """The plain seat record, as a plain writer sends it."""
+
+    swarm: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    role: Annotated[str, StringConstraints(max_length=128)] | None = None
+    labels: dict[str, str] = {}
+
+
+class SeatPut(SeatRecord):
+    runtime_backend: RuntimeBackend = "local"
+    runtime_target: dict[str, Any] | None = None
+
+
+class AdmissionRequest(SeatRecord):
+    runtime_backend: RuntimeBackend
+    runtime_target: dict[str, Any] | None = None
+    previous_execution_id: uuid.UUID | None = None
+
+    @model_validator(mode="after")
+    def _target_matches_backend(self) -> "AdmissionRequest":
+        target = parse_target(self.runtime_backend, self.runtime_target)
+        self.runtime_target = None if target is None else target.model_dump(exclude_none=True)
+        return self
+
+
+class Observation(Strict):
+    phase: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    reason: Annotated[str, StringConstraints(max_length=256)] | None = None
+    exit_code: int | None = None
+    terminal: bool = False
+    observed_at: datetime
+
+    @model_validator(mode="after")
+    def _aware(self) -> "Observation":
+        if self.observed_at.tzinfo is None:
+            raise ValueError("observed_at must carry a timezone")
+        return self
+
+
+class ExecutionPatch(Strict):
+    """Binds pod_uid once and records the latest observation. The immutable fields may be
+    repeated; a different value is refused as identity-conflict."""
+
+    pod_uid: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+    observation: Observation | None = None
+    seat: str | None = None
+    swarm: str | None = None
+    role: str | None = None
+    labels: dict[str, str] | None = None
+    generation: int | None = None
+    previous_execution_id: uuid.UUID | None = None
+    runtime_backend: RuntimeBackend | None = None
+    runtime_target: dict[str, Any] | None = None
+
+
+class ResumeWrite(Strict):
+    expected_execution_id: uuid.UUID
+    resume_token: Annotated[str, StringConstraints(max_length=65536)] | None = None
+    last_message_id: Annotated[str, StringConstraints(max_length=256)] | None = None
+    context_window: Annotated[int, Field(ge=0)] | None = None
+
+
+class ExecutionPublic(BaseModel):
+    execution_id: uuid.UUID
+    seat: str
+    swarm: str
+    role: str | None
+    labels: dict[str, Any]
+    generation: int
+    previous_execution_id: uuid.UUID | None
+    superseded: bool
+    runtime_backend: RuntimeBackend
+    runtime_target: dict[str, Any] | None
+    observation: Observation | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class AdmissionPublic(ExecutionPublic):
+    worker_token: str
+
+
+class ExecutionsPublic(BaseModel):
+    items: list[ExecutionPublic]
+
+
+class SeatPublic(BaseModel):
+    """The plain seat record plus the additive identity of its latest execution."""
+
+    seat: str
+    swarm: str
+    role: str | None
+    labels: dict[str, Any]
+    runtime_backend: RuntimeBackend
+    runtime_target: dict[str, Any] | None
+    resume_token: str | None
+    last_message_id: str | None
+    context_window: int | None
+    updated_at: datetime
+    execution_id: uuid.UUID | None
+    generation: int
+    execution: ExecutionPublic | None
+
+
+class OccupantsPublic(BaseModel):
+    items: list[ExecutionPublic]

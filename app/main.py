@@ -1,0 +1,51 @@
+"""The application factory: routers, error handlers and the lifespan."""
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import models  # noqa: F401  (registers every table)
+from app.admin.router import router as admin_router
+from app.auth.router import router as auth_router
+from app.auth.service import bootstrap
+from app.config import Settings, get_settings
+from app.db import make_engine
+from app.errors import install_error_handlers
+from app.health import router as health_router
+from app.identity.router import router as identity_router
+from app.metrics import router as metrics_router
+
+log = logging.getLogger("fenceline")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        installation = bootstrap(app.state.engine, settings)
+        app.state.installation = installation
+        if installation.generated_password is not None:
+            # Printed once: only its hash is stored.
+            print(
+                f"fenceline: generated operator credentials (shown once): "
+                f"username {settings.admin_username!r} password {installation.generated_password!r}",
+                flush=True,
+            )
+        yield
+        app.state.engine.dispose()
+
+    app = FastAPI(
+        title="fenceline",
+        version="0.1.0",
+        summary="Execution control plane: admission, attempt fencing, outcome routing, Airflow-compatible reads.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = make_engine(settings.resolved_database_url)
+    install_error_handlers(app)
+    for router in (health_router, metrics_router, auth_router, identity_router, admin_router):
+        app.include_router(router)
+    return app

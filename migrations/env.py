@@ -1,0 +1,44 @@
+"""Alembic environment: one chain for SQLite and PostgreSQL (batch mode on SQLite)."""
+
+from alembic import context
+
+from app import models  # noqa: F401  (registers every table)
+from app.config import get_settings
+from app.db import make_engine, metadata
+
+config = context.config
+
+
+def render_item(type_: str, obj: object, autogen_context: object) -> str | bool:
+    """Render app column types as plain SQLAlchemy ones, so revisions never import the app."""
+    if type_ == "type":
+        name = type(obj).__name__
+        if name == "AutoString":
+            length = getattr(obj, "length", None)
+            return f"sa.String({length})" if length else "sa.String()"
+        if name == "UTCDateTime":
+            return "sa.DateTime(timezone=True)"
+    return False
+
+
+def run_migrations_online() -> None:
+    url = config.attributes.get("database_url") or get_settings().resolved_database_url
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            context.configure(
+                connection=connection,
+                target_metadata=metadata,
+                render_as_batch=connection.dialect.name == "sqlite",
+                compare_type=True,
+                render_item=render_item,
+            )
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("fenceline migrations run online only")
+run_migrations_online()

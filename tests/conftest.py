@@ -1,0 +1,161 @@
+"""Every test that touches storage runs on SQLite and on PostgreSQL.
+
+The PostgreSQL run creates a fresh database per test session (never the developer's data) and
+drops it at the end. The schema is built by the migrations, and tables are emptied between
+tests rather than wrapping each test in a transaction, so races get real connections.
+"""
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, text
+
+from app.config import Settings
+from app.db import make_engine, metadata
+from app.main import create_app
+from app.migrate import upgrade
+
+ADMIN_PASSWORD = "test-admin-password"
+JWT_SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
+PG_ADMIN_URL = os.environ.get("FENCELINE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+BACKENDS = os.environ.get("FENCELINE_TEST_BACKENDS", "sqlite,postgresql").split(",")
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A throw-away PostgreSQL database for this test session; answers its SQLAlchemy URL."""
+    name = f"fenceline_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    yield f"{base}/{name}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The migrated database of one backend."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'fenceline.db'}"
+    else:
+        url = request.getfixturevalue("pg_database")
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def engine(db_url: str) -> Iterator[Engine]:
+    engine = make_engine(db_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _clean_tables(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Empty every table after each storage test."""
+    yield
+    if "engine" not in request.fixturenames:
+        return
+    engine: Engine = request.getfixturevalue("engine")
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            names = ", ".join(f'"{t.name}"' for t in metadata.sorted_tables)
+            conn.execute(text(f"TRUNCATE {names} CASCADE"))
+        else:
+            for table in reversed(metadata.sorted_tables):
+                conn.execute(table.delete())
+
+
+@pytest.fixture
+def is_postgres(db_url: str) -> bool:
+    return db_url.startswith("postgresql")
+
+
+def test_settings(db_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": db_url, "admin_password": ADMIN_PASSWORD, "jwt_secret": JWT_SECRET, **overrides,
+    }
+    return Settings(**values)
+
+
+@pytest.fixture
+def make_client(db_url: str, engine: Engine) -> Iterator[Callable[..., TestClient]]:
+    """Build a TestClient for an app with the test settings plus overrides."""
+    clients: list[TestClient] = []
+
+    def make(**overrides: Any) -> TestClient:
+        client = TestClient(create_app(test_settings(db_url, **overrides)))
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
+
+
+def login(client: TestClient | httpx.Client) -> dict[str, str]:
+    resp = client.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
+    assert resp.status_code == 201, resp.text
+    return {"Authorization": f"Bearer {resp.json()['access_token']}"}
+
+
+@pytest.fixture
+def operator(client: TestClient) -> dict[str, str]:
+    """Operator auth headers for `client`."""
+    return login(client)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """A real uvicorn server on a loopback port, in a thread."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("live server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=60, **kwargs)
+
+
+@pytest.fixture
+def live_server(db_url: str, engine: Engine) -> Iterator[LiveServer]:
+    with LiveServer(create_app(test_settings(db_url))) as server:
+        yield server
