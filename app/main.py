@@ -13,9 +13,8 @@ from app.auth.service import bootstrap
 from app.config import Settings, get_settings
 from app.db import make_engine
 from app.errors import install_error_handlers
-from app.health import router as health_router
 from app.identity.router import router as identity_router
-from app.metrics import router as metrics_router
+from app.operations import router as operations_router
 
 log = logging.getLogger("fenceline")
 
@@ -46,6 +45,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = make_engine(settings.resolved_database_url)
     install_error_handlers(app)
-    for router in (health_router, metrics_router, auth_router, identity_router, admin_router):
+    for router in (operations_router, auth_router, identity_router, admin_router):
         app.include_router(router)
     return app

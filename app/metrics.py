@@ -1,9 +1,6 @@
-"""Prometheus metrics, served at /metrics."""
+"""Prometheus metrics (served at /metrics by app/operations.py)."""
 
-from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
-
-from app.auth.deps import OperatorOrBasicDep
+from prometheus_client import Counter
 
 execution_identity_conflicts = Counter(
     "execution_identity_conflicts",
@@ -11,10 +8,12 @@ execution_identity_conflicts = Counter(
     ["swarm", "reason"],
 )
 
-router = APIRouter(tags=["operations"])
-
-
-@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
-def metrics(_: OperatorOrBasicDep) -> Response:
-    """Prometheus text exposition (operator bearer token or HTTP Basic)."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+agent_legacy_attempt_tokens = Counter(
+    "agent_legacy_attempt_token",
+    "Agent calls made with a claim-less (legacy) attempt token, without attempt_epoch.",
+)
+reaper_marks = Counter(
+    "reaper_marks",
+    "In-flight attempts the reapers routed as unexecutable, by reason.",
+    ["reason"],
+)
