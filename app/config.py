@@ -29,6 +29,20 @@ class Settings(BaseSettings):
     jwt_accepted_keys: dict[str, SecretStr] = {}
     operator_token_ttl_seconds: int = 3600
     worker_token_ttl_seconds: int = 7 * 24 * 3600
+    attempt_token_ttl_seconds: int = 3600
+    # Renewal keeps orig_iat; past this lifetime from it an attempt token is not renewed.
+    max_attempt_credential_lifetime_seconds: int = 7 * 24 * 3600
+    # Claim-less (legacy) attempt tokens: accepted under the epoch-0 rule, or refused (401).
+    accept_legacy_attempt_tokens: bool = True
+
+    # Outcome routing: infra re-places back off exponentially (with jitter) up to the cap.
+    infra_backoff_base_seconds: float = 5.0
+    infra_backoff_cap_seconds: float = 300.0
+
+    # Reapers: a sweep every interval (0 disables the background sweep).
+    reaper_interval_seconds: float = 10.0
+    agent_lost_after_seconds: float = 120.0
+    dispatch_lost_after_seconds: float = 600.0
 
     @property
     def resolved_database_url(self) -> str:

@@ -13,7 +13,10 @@ from app.auth.service import bootstrap
 from app.config import Settings, get_settings
 from app.db import make_engine
 from app.errors import install_error_handlers
+from app.execution.reapers import ReaperThread
+from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
+from app.orchestration.router import router as orchestration_router
 from app.operations import router as operations_router
 
 log = logging.getLogger("fenceline")
@@ -33,7 +36,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 f"username {settings.admin_username!r} password {installation.generated_password!r}",
                 flush=True,
             )
+        reaper = ReaperThread(app.state.engine, settings) if settings.reaper_interval_seconds > 0 else None
+        if reaper is not None:
+            reaper.start()
         yield
+        if reaper is not None:
+            reaper.stop()
         app.state.engine.dispose()
 
     app = FastAPI(
@@ -45,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = make_engine(settings.resolved_database_url)
     install_error_handlers(app)
-    for router in (operations_router, auth_router, identity_router, admin_router):
+    for router in (operations_router, auth_router, identity_router, orchestration_router, execution_router,
+                   admin_router):
         app.include_router(router)
     return app

@@ -1,6 +1,8 @@
 """Every table module, imported in one place so that Alembic and the snapshot see them all."""
 
 from app.auth.models import InstallationSecret
+from app.execution.models import TaskAttempt
 from app.identity.models import Execution, Seat
+from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 
-__all__ = ["Execution", "InstallationSecret", "Seat"]
+__all__ = ["DagRun", "Execution", "InstallationSecret", "Seat", "TaskAttempt", "TaskInstance", "TaskInstanceHistory"]

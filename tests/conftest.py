@@ -5,16 +5,13 @@ drops it at the end. The schema is built by the migrations, and tables are empti
 tests rather than wrapping each test in a transaction, so races get real connections.
 """
 
-import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 import uvicorn
 from fastapi import FastAPI
@@ -25,23 +22,17 @@ from app.config import Settings
 from app.db import make_engine, metadata
 from app.main import create_app
 from app.migrate import upgrade
+from tests.databases import BACKENDS, throwaway_database
 
 ADMIN_PASSWORD = "test-admin-password"
 JWT_SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
-PG_ADMIN_URL = os.environ.get("FENCELINE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
-BACKENDS = os.environ.get("FENCELINE_TEST_BACKENDS", "sqlite,postgresql").split(",")
 
 
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A throw-away PostgreSQL database for this test session; answers its SQLAlchemy URL."""
-    name = f"fenceline_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    yield f"{base}/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_database("postgresql") as url:
+        yield url
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -85,7 +76,9 @@ def is_postgres(db_url: str) -> bool:
 
 def test_settings(db_url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
-        "database_url": db_url, "admin_password": ADMIN_PASSWORD, "jwt_secret": JWT_SECRET, **overrides,
+        "database_url": db_url, "admin_password": ADMIN_PASSWORD, "jwt_secret": JWT_SECRET,
+        # Tests sweep on demand (POST /v1/admin/reap) and re-place without waiting.
+        "reaper_interval_seconds": 0, "infra_backoff_base_seconds": 0, **overrides,
     }
     return Settings(**values)
 

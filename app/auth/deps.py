@@ -9,6 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicC
 from app.auth import tokens
 from app.auth.service import Installation
 from app.errors import AppError
+from app.metrics import agent_legacy_attempt_tokens
 
 bearer_scheme = HTTPBearer(auto_error=False, description="A token from POST /auth/token or admission.")
 basic_scheme = HTTPBasic(auto_error=False, description="Operator username and password.")
@@ -66,6 +67,22 @@ def require_worker(request: Request, bearer: BearerDep) -> uuid.UUID:
         raise unauthorized("The worker token names no execution.") from exc
 
 
+def require_attempt(request: Request, bearer: BearerDep) -> tokens.AttemptClaims:
+    """An attempt token (contract 3); a claim-less one is counted, and refused if the
+    settings say so."""
+    claims = verified_claims(request, bearer, tokens.ATTEMPT_SCOPE)
+    try:
+        attempt = tokens.attempt_claims(claims)
+    except tokens.InvalidToken as exc:
+        raise unauthorized(f"The token was refused: {exc}.") from exc
+    if not attempt.has_epoch:
+        agent_legacy_attempt_tokens.inc()
+        if not request.app.state.settings.accept_legacy_attempt_tokens:
+            raise unauthorized("Attempt tokens without attempt_epoch are not accepted.")
+    return attempt
+
+
 OperatorDep = Annotated[str, Depends(require_operator)]
 OperatorOrBasicDep = Annotated[str, Depends(require_operator_or_basic)]
 WorkerDep = Annotated[uuid.UUID, Depends(require_worker)]
+AttemptDep = Annotated[tokens.AttemptClaims, Depends(require_attempt)]

@@ -66,3 +66,72 @@ def decode(keyring: KeyRing, token: str, *, scopes: tuple[str, ...]) -> dict[str
     if claims.get("scope") not in scopes:
         raise WrongScope(f"a {claims.get('scope')!r} token cannot call this endpoint")
     return claims
+
+
+# --- attempt tokens (contract section 3) -------------------------------------------------
+
+ATTEMPT_SCOPE = "attempt"
+_ATTEMPT_TYPES: dict[str, type | tuple[type, ...]] = {
+    "dag_id": str, "run_id": str, "task_id": str, "map_index": int, "try_number": int,
+    "execution_id": str, "orig_iat": int,
+}
+
+
+@dataclass(frozen=True)
+class AttemptClaims:
+    """A verified attempt token. `attempt_epoch` keeps the claim's presence: None when the
+    token does not carry it (a legacy token), else its value — absent, 0 and N differ."""
+
+    ti_id: uuid.UUID
+    try_number: int
+    attempt_epoch: int | None
+    orig_iat: int
+    claims: dict[str, Any]  # verbatim, for renewal
+
+    @property
+    def has_epoch(self) -> bool:
+        return self.attempt_epoch is not None
+
+    @property
+    def fence_epoch(self) -> int:
+        """The epoch a settling write must match: coalesce(attempt_epoch, 0)."""
+        return self.attempt_epoch or 0
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def attempt_claims(claims: dict[str, Any]) -> AttemptClaims:
+    """Check an attempt token's claims beyond the signature; InvalidToken if malformed."""
+    for name, kind in _ATTEMPT_TYPES.items():
+        value = claims.get(name)
+        if not (_int(value) if kind is int else isinstance(value, kind)):
+            raise InvalidToken(f"claim {name} missing or malformed")
+    epoch = claims.get("attempt_epoch")
+    if "attempt_epoch" in claims and not (_int(epoch) and epoch >= 0):
+        raise InvalidToken("claim attempt_epoch malformed")
+    try:
+        ti_id = uuid.UUID(claims["sub"])
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InvalidToken("claim sub is not a task instance id") from exc
+    return AttemptClaims(ti_id, claims["try_number"], epoch if "attempt_epoch" in claims else None,
+                         claims["orig_iat"], dict(claims))
+
+
+def mint_attempt(keyring: KeyRing, claims: dict[str, Any], *, ttl_seconds: int) -> str:
+    """A fresh attempt token; orig_iat starts the credential's lifetime."""
+    now = int(time.time())
+    return mint(keyring, {"scope": ATTEMPT_SCOPE, "orig_iat": now, **claims}, ttl_seconds=ttl_seconds, now=now)
+
+
+def renew_attempt(keyring: KeyRing, token: AttemptClaims, *, ttl_seconds: int, max_lifetime_seconds: int) -> str:
+    """The same claims verbatim — attempt_epoch absent, 0 or N alike, orig_iat kept — with a
+    new iat, exp and jti. Never past orig_iat + max_lifetime_seconds (InvalidToken beyond it)."""
+    now = int(time.time())
+    ceiling = token.orig_iat + max_lifetime_seconds
+    if now >= ceiling:
+        raise InvalidToken("the attempt credential's maximum lifetime has passed")
+    kept = {k: v for k, v in token.claims.items() if k not in ("iat", "exp", "jti")}
+    body = {**kept, "iat": now, "exp": min(now + ttl_seconds, ceiling), "jti": uuid.uuid4().hex}
+    return jwt.encode(body, keyring.active_key, algorithm=ALGORITHM, headers={"kid": keyring.active_kid})

@@ -1,0 +1,121 @@
+"""The report fence (contract 2.5): every agent write is checked against its attempt token.
+
+Settling or moving writes (running, an outcome, a hand-back) match try_number and
+attempt_epoch = coalesce(token.attempt_epoch, 0). Heartbeats, the liveness read and renewal
+match try_number, and attempt_epoch only when the token carries it. A write that does not
+match gets 409 stale-report with should_terminate and changes nothing.
+"""
+
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlmodel import Session
+
+from app.auth.tokens import AttemptClaims
+from app.db import utcnow
+from app.errors import AppError
+from app.execution.attempts import OUTCOME_KIND, close_attempt, find_attempt, update_attempt
+from app.execution.schemas import Report
+from app.orchestration import states as s
+from app.orchestration.models import TaskInstance
+from app.orchestration.rails import Backoff, Outcome, apply_outcome, cas, requeue
+
+
+def stale_report(token: AttemptClaims, ti: TaskInstance | None) -> AppError:
+    if ti is None:
+        return AppError(404, "task-instance-not-found", "Task instance not found",
+                        f"No task instance {token.ti_id}.", should_terminate=True)
+    epoch = token.attempt_epoch if token.has_epoch else "absent"
+    return AppError(
+        409, "stale-report", "Stale report",
+        f"Attempt (try {token.try_number}, epoch {epoch}) is not the live attempt of task instance {ti.id} "
+        f"(try {ti.try_number}, epoch {ti.attempt_epoch}, state {ti.state}).",
+        should_terminate=True, state=ti.state, try_number=ti.try_number, attempt_epoch=ti.attempt_epoch,
+    )
+
+
+def _read(session: Session, token: AttemptClaims) -> TaskInstance | None:
+    return session.execute(
+        select(TaskInstance).where(TaskInstance.id == token.ti_id).execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+
+
+def settle_match(token: AttemptClaims, ti: TaskInstance) -> bool:
+    return ti.try_number == token.try_number and ti.attempt_epoch == token.fence_epoch
+
+
+def relaxed_match(token: AttemptClaims, ti: TaskInstance) -> bool:
+    return ti.try_number == token.try_number and (not token.has_epoch or ti.attempt_epoch == token.attempt_epoch)
+
+
+def live_attempt(session: Session, token: AttemptClaims) -> TaskInstance:
+    """The task instance if the token's attempt is in flight under the relaxed rule."""
+    ti = _read(session, token)
+    if ti is None or not relaxed_match(token, ti) or ti.state not in s.IN_FLIGHT:
+        raise stale_report(token, ti)
+    return ti
+
+
+def heartbeat(*, session: Session, token: AttemptClaims, now: datetime | None = None) -> TaskInstance:
+    """Stamp last_heartbeat_at on the live attempt (relaxed rule)."""
+    now = now or utcnow()
+    guard = [TaskInstance.id == token.ti_id, TaskInstance.try_number == token.try_number,
+             TaskInstance.state.in_(s.IN_FLIGHT)]
+    if token.has_epoch:
+        guard.append(TaskInstance.attempt_epoch == token.attempt_epoch)
+    ti = session.execute(
+        update(TaskInstance).where(*guard).values(last_heartbeat_at=now)
+        .returning(TaskInstance).execution_options(populate_existing=True, synchronize_session=False)
+    ).scalar_one_or_none()
+    if ti is None:
+        raise stale_report(token, _read(session, token))
+    return ti
+
+
+def report(*, session: Session, token: AttemptClaims, body: Report, backoff: Backoff,
+           now: datetime | None = None) -> TaskInstance:
+    """Apply an agent's report under the settle rule. Repeating a report that was already
+    applied to this very attempt (a journaled outcome re-delivered) answers as before."""
+    now = now or utcnow()
+    ti = _read(session, token)
+    if ti is None or not settle_match(token, ti):
+        raise stale_report(token, ti)
+    if body.state == "running":
+        if ti.state == s.RUNNING:
+            return ti
+        moved = cas(session, ti, state=s.RUNNING, started_at=now, last_heartbeat_at=now,
+                    user_code_started=True) if ti.state == s.QUEUED else None
+        if moved is None:
+            raise stale_report(token, _read(session, token))
+        update_attempt(session, ti.id, ti.try_number, ti.attempt_epoch, state=s.RUNNING,
+                       user_code_started=True, started_at=now)
+        return moved
+    outcome = Outcome(body.state, body.reason, body.reschedule_at)
+    if ti.state not in s.IN_FLIGHT:
+        if _already_applied(session, ti, outcome):
+            return ti
+        raise stale_report(token, ti)
+    moved = apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now)
+    if moved is None:
+        raise stale_report(token, _read(session, token))
+    close_attempt(session, ti.id, ti.try_number, ti.attempt_epoch, outcome, now)
+    return moved
+
+
+def _already_applied(session: Session, ti: TaskInstance, outcome: Outcome) -> bool:
+    record = find_attempt(session, ti.id, ti.try_number, ti.attempt_epoch)
+    return (record is not None and record.outcome_kind == OUTCOME_KIND[outcome.kind]
+            and record.reason == outcome.reason)
+
+
+def release(*, session: Session, token: AttemptClaims) -> TaskInstance:
+    """Hand back a claim whose user code never started (settle rule): requeued on a new epoch,
+    spending neither a try nor the infra budget."""
+    ti = _read(session, token)
+    if ti is None or not settle_match(token, ti):
+        raise stale_report(token, ti)
+    moved = requeue(session=session, ti=ti)
+    if moved is None:
+        raise stale_report(token, _read(session, token))
+    update_attempt(session, ti.id, ti.try_number, ti.attempt_epoch, state="released", ended_at=utcnow())
+    return moved

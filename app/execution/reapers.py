@@ -1,0 +1,131 @@
+"""Reapers (contract 2.6): find attempts whose worker is gone and route them unexecutable.
+
+A sweep lists candidates, then marks each with a compare-and-swap on the
+(id, state, try_number, attempt_epoch) it was listed with: a candidate that moved in between
+(it reported, or was re-placed) is left alone. Several replicas may sweep; on PostgreSQL a
+transaction-level advisory lock lets one of them do it, and every mark is guarded anyway.
+"""
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, or_, select, text
+from sqlmodel import Session
+
+from app.config import Settings
+from app.db import is_postgres, utcnow
+from app.execution.attempts import close_attempt
+from app.identity.models import Execution
+from app.metrics import reaper_marks
+from app.orchestration import states as s
+from app.orchestration.models import TaskInstance
+from app.orchestration.rails import Backoff, Outcome, apply_outcome, promote_eligible
+
+log = logging.getLogger("fenceline.reapers")
+SWEEP_LOCK_KEY = 0x66656E6365  # "fence"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    ti_id: uuid.UUID
+    state: str
+    try_number: int
+    attempt_epoch: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    agent_lost: timedelta
+    dispatch_lost: timedelta
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Thresholds":
+        return cls(timedelta(seconds=settings.agent_lost_after_seconds),
+                   timedelta(seconds=settings.dispatch_lost_after_seconds))
+
+
+def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime) -> list[Candidate]:
+    """agent-lost: running with a heartbeat older than the threshold; dispatch-lost: queued,
+    never reported running, for longer than the threshold; worker-lost: in flight on an
+    execution that was superseded or observed terminal."""
+    cols = (TaskInstance.id, TaskInstance.state, TaskInstance.try_number, TaskInstance.attempt_epoch)
+    queries = {
+        "agent_lost": select(*cols).where(
+            TaskInstance.state == s.RUNNING,
+            or_(TaskInstance.last_heartbeat_at < now - thresholds.agent_lost,
+                TaskInstance.last_heartbeat_at.is_(None) & (TaskInstance.started_at < now - thresholds.agent_lost))),
+        "dispatch_lost": select(*cols).where(
+            TaskInstance.state == s.QUEUED, TaskInstance.queued_at < now - thresholds.dispatch_lost),
+        "worker_lost": select(*cols).join(Execution, Execution.execution_id == TaskInstance.execution_id).where(
+            TaskInstance.state.in_(s.IN_FLIGHT),
+            or_(Execution.superseded_by.is_not(None), Execution.obs_terminal.is_(True))),
+    }
+    found: dict[uuid.UUID, Candidate] = {}
+    for reason, query in queries.items():  # worker_lost last: it names the cause best
+        for row in session.execute(query):
+            found[row.id] = Candidate(row.id, row.state, row.try_number, row.attempt_epoch, reason)
+    return sorted(found.values(), key=lambda c: str(c.ti_id))
+
+
+def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datetime) -> bool:
+    """Route `candidate` as unexecutable(reason) if it is still exactly as listed."""
+    ti = session.get(TaskInstance, candidate.ti_id, populate_existing=True)
+    if ti is None or (ti.state, ti.try_number, ti.attempt_epoch) != (
+            candidate.state, candidate.try_number, candidate.attempt_epoch):
+        return False
+    outcome = Outcome("unexecutable", candidate.reason)
+    with session.begin_nested():
+        moved = apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now)
+        if moved is not None:
+            close_attempt(session, ti.id, candidate.try_number, candidate.attempt_epoch, outcome, now)
+    if moved is not None:
+        reaper_marks.labels(reason=candidate.reason).inc()
+    return moved is not None
+
+
+def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: datetime | None = None) -> dict[str, int] | None:
+    """One sweep: due retries and reschedules are promoted, lost attempts marked. None when
+    another replica holds the sweep lock."""
+    now = now or utcnow()
+    postgres = is_postgres(session)
+    if postgres and not session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": SWEEP_LOCK_KEY}).scalar():
+        return None
+    promote_eligible(session=session, now=now, skip_locked=postgres)
+    marked: dict[str, int] = {}
+    for candidate in find_candidates(session=session, thresholds=thresholds, now=now):
+        if mark(session=session, candidate=candidate, backoff=backoff, now=now):
+            marked[candidate.reason] = marked.get(candidate.reason, 0) + 1
+    return marked
+
+
+class ReaperThread:
+    """The periodic sweep of one replica, on its own thread and sessions."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self.engine, self.settings = engine, settings
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="fenceline-reaper", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=30)
+
+    def _run(self) -> None:
+        thresholds = Thresholds.from_settings(self.settings)
+        backoff = Backoff(self.settings.infra_backoff_base_seconds, self.settings.infra_backoff_cap_seconds)
+        while not self.stop_event.wait(self.settings.reaper_interval_seconds):
+            try:
+                with Session(self.engine) as session:
+                    marked = sweep(session=session, thresholds=thresholds, backoff=backoff)
+                    session.commit()
+                if marked:
+                    log.info("reaper marked %s", marked)
+            except Exception:  # a failed sweep must not stop the next one
+                log.exception("reaper sweep failed")

@@ -1,0 +1,125 @@
+"""Wire schemas of claims, WorkItems, agent writes and observations."""
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.orchestration.states import INFRA_REASONS
+
+InfraReason = Literal[INFRA_REASONS]  # type: ignore[valid-type]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClaimRequest(Strict):
+    limit: Annotated[int, Field(ge=1, le=100)] = 1
+
+
+class Correlation(BaseModel):
+    """The opaque correlation bag a worker hands to user code and sends back unchanged."""
+
+    ti_id: uuid.UUID
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    attempt_epoch: int
+    tenant_id: str | None
+    trace_id: str
+
+
+class WorkItem(BaseModel):
+    payload: dict[str, Any]
+    correlation: Correlation
+    attempt_token: str
+
+
+class WorkItems(BaseModel):
+    items: list[WorkItem]
+
+
+class Report(Strict):
+    """An agent's report on its attempt. `reason` is required for unexecutable (an infra
+    reason), `reschedule_at` for rescheduled."""
+
+    state: Literal["running", "success", "failed", "unexecutable", "rescheduled"]
+    reason: Annotated[str, Field(max_length=64)] | None = None
+    reschedule_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> "Report":
+        if self.state == "unexecutable" and self.reason not in INFRA_REASONS:
+            raise ValueError(f"unexecutable needs reason, one of {', '.join(INFRA_REASONS)}")
+        if self.state == "rescheduled":
+            if self.reschedule_at is None or self.reschedule_at.tzinfo is None:
+                raise ValueError("rescheduled needs reschedule_at with a timezone")
+        elif self.reschedule_at is not None:
+            raise ValueError("reschedule_at goes only with rescheduled")
+        return self
+
+
+class AttemptStatus(BaseModel):
+    """The answer to an accepted agent write: the attempt is still the live one."""
+
+    ti_id: uuid.UUID
+    state: str
+    try_number: int
+    attempt_epoch: int
+    should_terminate: bool = False
+
+
+class RenewedToken(BaseModel):
+    attempt_token: str
+
+
+class ObservationIn(Strict):
+    """A substrate observation of one attempt. `outcome`, when the observer has decided one,
+    settles the attempt through the same fence as an agent report; a phase alone never does."""
+
+    ti_id: uuid.UUID
+    try_number: Annotated[int, Field(ge=0)]
+    attempt_epoch: Annotated[int, Field(ge=0)]
+    phase: Annotated[str, Field(min_length=1, max_length=64)]
+    reason: Annotated[str, Field(max_length=256)] | None = None
+    outcome: Literal["success", "failed", "unexecutable"] | None = None
+
+    @model_validator(mode="after")
+    def _infra_reason(self) -> "ObservationIn":
+        if self.outcome == "unexecutable" and self.reason not in INFRA_REASONS:
+            raise ValueError(f"an unexecutable outcome needs reason, one of {', '.join(INFRA_REASONS)}")
+        return self
+
+
+class ObservationResult(BaseModel):
+    recorded: bool
+    settled: bool
+    state: str
+
+
+class AttemptPublic(BaseModel):
+    try_number: int
+    attempt_epoch: int
+    execution_id: uuid.UUID | None
+    state: str
+    outcome_kind: Literal["success", "app", "infra", "rescheduled"] | None
+    reason: str | None
+    user_code_started: bool
+    observed_phase: str | None
+    observed_reason: str | None
+    claimed_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+class AttemptsPublic(BaseModel):
+    items: list[AttemptPublic]
+
+
+class SweepResult(BaseModel):
+    marked: dict[str, int]
+    swept: bool

@@ -1,0 +1,93 @@
+"""Tables of runs, task instances and their try-level history."""
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Column, ForeignKey, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from app.db import JSONType, UTCDateTime, utcnow
+
+
+def _ts() -> Any:
+    """A nullable UTC timestamp column."""
+    return Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+
+
+class DagRun(SQLModel, table=True):
+    __tablename__ = "dag_runs"
+    __table_args__ = (UniqueConstraint("dag_id", "run_id"),)
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    dag_id: str = Field(max_length=250)
+    run_id: str = Field(max_length=250)
+    state: str = Field(default="running", max_length=32)
+    tenant_id: str | None = Field(default=None, max_length=250)
+    trace_id: str = Field(max_length=64)
+    conf: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSONType, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    ended_at: datetime | None = _ts()
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
+class TaskInstance(SQLModel, table=True):
+    """One task of one run. `attempt_epoch` identifies the current execution attempt: every
+    rail that can start a new execution bumps it; it never goes backwards."""
+
+    __tablename__ = "task_instances"
+    __table_args__ = (
+        UniqueConstraint("dag_id", "run_id", "task_id", "map_index"),
+        Index("ix_task_instances_state_next_eligible_at", "state", "next_eligible_at"),
+    )
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    dag_run_id: uuid.UUID = Field(sa_column=Column(ForeignKey("dag_runs.id", ondelete="CASCADE"), nullable=False, index=True))
+    dag_id: str = Field(max_length=250)
+    run_id: str = Field(max_length=250)
+    task_id: str = Field(max_length=250)
+    map_index: int = Field(default=-1)
+    payload: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSONType, nullable=False))
+    upstream_task_ids: list[str] = Field(default_factory=list, sa_column=Column(JSONType, nullable=False))
+    retries: int = Field(default=0)
+    retry_delay_seconds: float = Field(default=0)
+    max_infra_attempts: int = Field(default=3)
+    idempotent: bool = Field(default=True)
+    state: str = Field(max_length=32)
+    try_number: int = Field(default=1)
+    max_tries: int = Field(default=0)
+    attempt_epoch: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    infra_attempts: int = Field(default=0)
+    last_failure_kind: str | None = Field(default=None, max_length=8)
+    last_failure_reason: str | None = Field(default=None, max_length=64)
+    execution_id: uuid.UUID | None = Field(default=None, index=True)
+    user_code_started: bool = Field(default=False)
+    next_eligible_at: datetime | None = _ts()
+    last_heartbeat_at: datetime | None = _ts()
+    queued_at: datetime | None = _ts()
+    started_at: datetime | None = _ts()
+    ended_at: datetime | None = _ts()
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
+class TaskInstanceHistory(SQLModel, table=True):
+    """One row per finished try, archived once: its unique key is (task_instance_id,
+    try_number), which the archive statement's ON CONFLICT relies on."""
+
+    __tablename__ = "task_instance_history"
+    __table_args__ = (UniqueConstraint("task_instance_id", "try_number"),)
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    task_instance_id: uuid.UUID = Field(
+        sa_column=Column(ForeignKey("task_instances.id", ondelete="CASCADE"), nullable=False, index=True))
+    try_number: int
+    attempt_epoch: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    state: str = Field(max_length=32)
+    infra_attempts: int = Field(default=0)
+    last_failure_kind: str | None = Field(default=None, max_length=8)
+    last_failure_reason: str | None = Field(default=None, max_length=64)
+    execution_id: uuid.UUID | None = Field(default=None)
+    queued_at: datetime | None = _ts()
+    started_at: datetime | None = _ts()
+    ended_at: datetime | None = _ts()

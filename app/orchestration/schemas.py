@@ -1,0 +1,124 @@
+"""Wire schemas of runs and task instances. Request bodies forbid unknown fields."""
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,250}$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Resources(Strict):
+    cpu: Annotated[str, StringConstraints(max_length=32)] | None = None
+    memory: Annotated[str, StringConstraints(max_length=32)] | None = None
+    gpu: Annotated[int, Field(ge=0)] | None = None
+
+
+class Payload(Strict):
+    """The work: a command (local) or an image (kubernetes), with args, env and resources."""
+
+    command: list[Annotated[str, StringConstraints(max_length=4096)]] | None = None
+    image: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
+    args: list[Annotated[str, StringConstraints(max_length=4096)]] = []
+    env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
+    resources: Resources | None = None
+    timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> "Payload":
+        if not self.command and not self.image:
+            raise ValueError("a payload needs a command or an image")
+        return self
+
+
+class TaskCreate(Strict):
+    task_id: Ident
+    map_index: Annotated[int, Field(ge=-1)] = -1
+    payload: Payload
+    retries: Annotated[int, Field(ge=0, le=1000)] = 0
+    retry_delay: Annotated[float, Field(ge=0, le=7 * 86400)] = 300.0
+    max_infra_attempts: Annotated[int, Field(ge=0, le=1000)] = 3
+    upstream: list[Ident] = []
+    idempotent: bool = True
+
+
+class RunCreate(Strict):
+    dag_id: Ident
+    run_id: Ident | None = None
+    tenant_id: Annotated[str, StringConstraints(max_length=250)] | None = None
+    trace_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9\-]{1,64}$")] | None = None
+    conf: dict[str, Any] = {}
+    tasks: Annotated[list[TaskCreate], Field(min_length=1, max_length=10_000)]
+
+    @model_validator(mode="after")
+    def _a_dag(self) -> "RunCreate":
+        keys = [(t.task_id, t.map_index) for t in self.tasks]
+        if len(set(keys)) != len(keys):
+            raise ValueError("tasks repeat a (task_id, map_index)")
+        upstream = {t.task_id: set(t.upstream) for t in self.tasks}
+        for task_id, ups in upstream.items():
+            if missing := ups - upstream.keys():
+                raise ValueError(f"task {task_id!r} names unknown upstream tasks {sorted(missing)}")
+        done: set[str] = set()
+        while len(done) < len(upstream):  # Kahn's algorithm: what never becomes ready is a cycle
+            ready = {t for t, ups in upstream.items() if t not in done and ups <= done}
+            if not ready:
+                raise ValueError(f"the tasks' upstreams form a cycle among {sorted(upstream.keys() - done)}")
+            done |= ready
+        return self
+
+
+class TaskInstancePublic(BaseModel):
+    ti_id: uuid.UUID
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    state: str
+    try_number: int
+    max_tries: int
+    attempt_epoch: int
+    infra_attempts: int
+    max_infra_attempts: int
+    last_failure_kind: Literal["app", "infra"] | None
+    last_failure_reason: str | None
+    execution_id: uuid.UUID | None
+    idempotent: bool
+    retries: int
+    retry_delay: float
+    upstream: list[str]
+    payload: dict[str, Any]
+    next_eligible_at: datetime | None
+    last_heartbeat_at: datetime | None
+    queued_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    updated_at: datetime
+
+
+class RunPublic(BaseModel):
+    dag_id: str
+    run_id: str
+    state: str
+    tenant_id: str | None
+    trace_id: str
+    conf: dict[str, Any]
+    created_at: datetime
+    ended_at: datetime | None
+    task_instances: list[TaskInstancePublic]
+
+
+class RunsPublic(BaseModel):
+    items: list[RunPublic]
+    total_entries: int
+    limit: int
+    offset: int
+
+
+class MarkRequest(Strict):
+    state: Literal["success", "failed"]

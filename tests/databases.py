@@ -1,0 +1,31 @@
+"""Throw-away databases: never the developer's data, always dropped afterwards."""
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+
+PG_ADMIN_URL = os.environ.get("FENCELINE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+BACKENDS = os.environ.get("FENCELINE_TEST_BACKENDS", "sqlite,postgresql").split(",")
+
+
+@contextmanager
+def throwaway_database(backend: str, directory: Path | None = None) -> Iterator[str]:
+    """A new, empty database of `backend` (not migrated); answers its SQLAlchemy URL.
+    A SQLite file goes in `directory` (a test's tmp_path), which the caller cleans up."""
+    if backend == "sqlite":
+        assert directory is not None, "a SQLite database needs a directory"
+        yield f"sqlite:///{directory / f'fenceline-{uuid.uuid4().hex[:12]}.db'}"
+        return
+    name = f"fenceline_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
