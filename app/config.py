@@ -44,6 +44,16 @@ class Settings(BaseSettings):
     agent_lost_after_seconds: float = 120.0
     dispatch_lost_after_seconds: float = 600.0
 
+    # Attempt logs: a filesystem store (shared storage when several replicas serve one
+    # database), and limits per append request and per attempt stream.
+    log_dir: Path | None = None
+    log_max_request_bytes: int = 1024 * 1024
+    log_max_attempt_bytes: int = 1024 * 1024 * 1024
+
+    @property
+    def resolved_log_dir(self) -> Path:
+        return self.log_dir or self.data_dir / "logs"
+
     @property
     def resolved_database_url(self) -> str:
         """The SQLAlchemy URL: the SQLite file under data_dir unless one is configured."""

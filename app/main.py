@@ -16,6 +16,8 @@ from app.errors import install_error_handlers
 from app.execution.reapers import ReaperThread
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
+from app.logs.router import router as logs_router
+from app.logs.store import FileLogStore
 from app.orchestration.router import router as orchestration_router
 from app.operations import router as operations_router
 
@@ -52,8 +54,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.engine = make_engine(settings.resolved_database_url)
+    app.state.log_store = FileLogStore(settings.resolved_log_dir)
     install_error_handlers(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, execution_router,
-                   admin_router):
+                   logs_router, admin_router):
         app.include_router(router)
     return app

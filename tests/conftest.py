@@ -5,10 +5,13 @@ drops it at the end. The schema is built by the migrations, and tables are empti
 tests rather than wrapping each test in a transaction, so races get real connections.
 """
 
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,6 +28,8 @@ from app.migrate import upgrade
 from tests.databases import BACKENDS, throwaway_database
 
 ADMIN_PASSWORD = "test-admin-password"
+# Log files and anything else the app keeps on disk go here, never into the working tree.
+TEST_DATA_DIR = Path(tempfile.mkdtemp(prefix="fenceline-test-"))
 JWT_SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
 
 
@@ -59,6 +64,7 @@ def _clean_tables(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "engine" not in request.fixturenames:
         return
+    shutil.rmtree(TEST_DATA_DIR / "logs", ignore_errors=True)
     engine: Engine = request.getfixturevalue("engine")
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
@@ -78,7 +84,7 @@ def test_settings(db_url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "database_url": db_url, "admin_password": ADMIN_PASSWORD, "jwt_secret": JWT_SECRET,
         # Tests sweep on demand (POST /v1/admin/reap) and re-place without waiting.
-        "reaper_interval_seconds": 0, "infra_backoff_base_seconds": 0, **overrides,
+        "reaper_interval_seconds": 0, "infra_backoff_base_seconds": 0, "data_dir": TEST_DATA_DIR, **overrides,
     }
     return Settings(**values)
 

@@ -80,6 +80,7 @@ def report(*, session: Session, token: AttemptClaims, body: Report, backoff: Bac
     ti = _read(session, token)
     if ti is None or not settle_match(token, ti):
         raise stale_report(token, ti)
+    attempt = (ti.id, ti.try_number, ti.attempt_epoch)  # `ti` is refreshed by the CAS below
     if body.state == "running":
         if ti.state == s.RUNNING:
             return ti
@@ -87,8 +88,7 @@ def report(*, session: Session, token: AttemptClaims, body: Report, backoff: Bac
                     user_code_started=True) if ti.state == s.QUEUED else None
         if moved is None:
             raise stale_report(token, _read(session, token))
-        update_attempt(session, ti.id, ti.try_number, ti.attempt_epoch, state=s.RUNNING,
-                       user_code_started=True, started_at=now)
+        update_attempt(session, *attempt, state=s.RUNNING, user_code_started=True, started_at=now)
         return moved
     outcome = Outcome(body.state, body.reason, body.reschedule_at)
     if ti.state not in s.IN_FLIGHT:
@@ -98,7 +98,7 @@ def report(*, session: Session, token: AttemptClaims, body: Report, backoff: Bac
     moved = apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now)
     if moved is None:
         raise stale_report(token, _read(session, token))
-    close_attempt(session, ti.id, ti.try_number, ti.attempt_epoch, outcome, now)
+    close_attempt(session, *attempt, outcome, now)
     return moved
 
 
@@ -114,8 +114,9 @@ def release(*, session: Session, token: AttemptClaims) -> TaskInstance:
     ti = _read(session, token)
     if ti is None or not settle_match(token, ti):
         raise stale_report(token, ti)
+    attempt = (ti.id, ti.try_number, ti.attempt_epoch)  # `ti` is refreshed by the CAS below
     moved = requeue(session=session, ti=ti)
     if moved is None:
         raise stale_report(token, _read(session, token))
-    update_attempt(session, ti.id, ti.try_number, ti.attempt_epoch, state="released", ended_at=utcnow())
+    update_attempt(session, *attempt, state="released", ended_at=utcnow())
     return moved

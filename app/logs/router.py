@@ -1,0 +1,61 @@
+"""HTTP for attempt logs: agent appends and the native read of a try's log."""
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.auth.deps import AttemptDep, OperatorDep
+from app.db import SessionDep
+from app.errors import AppError, problems
+from app.logs import service
+from app.logs.store import LogStore
+
+router = APIRouter(tags=["logs"], responses=problems(401, 403, 422))
+
+
+def log_store(request: Request) -> LogStore:
+    return request.app.state.log_store
+
+
+StoreDep = Annotated[LogStore, Depends(log_store)]
+
+
+def limit_request_size(request: Request) -> None:
+    """Refuse an oversized append before its body is read."""
+    limit = request.app.state.settings.log_max_request_bytes
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > 2 * limit + 1024:
+        raise AppError(413, "payload-too-large", "Payload too large", f"An append carries at most {limit} bytes.")
+
+
+class LogAppend(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    offset: Annotated[int, Field(ge=0, description="The byte length the agent believes is already stored.")]
+    content: str = Field(description="Text lines; a line may be a JSON object with timestamp, level and event.")
+
+
+class LogAppended(BaseModel):
+    size: int
+
+
+@router.post("/v1/attempts/logs", responses=problems(404, 409, 413), dependencies=[Depends(limit_request_size)])
+def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: Request, token: AttemptDep) -> LogAppended:
+    """Append to this attempt's own log stream; idempotent under retry (same offset, same bytes)."""
+    settings = request.app.state.settings
+    if len(body.content.encode()) > settings.log_max_request_bytes:
+        raise AppError(413, "payload-too-large", "Payload too large",
+                       f"An append carries at most {settings.log_max_request_bytes} bytes.")
+    size = service.append(session=session, store=store, token=token, offset=body.offset, content=body.content,
+                          max_attempt_bytes=settings.log_max_attempt_bytes)
+    return LogAppended(size=size)
+
+
+@router.get("/v1/task-instances/{ti_id}/tries/{try_number}/log", response_class=StreamingResponse,
+            responses={200: {"content": {"text/plain": {}}}, **problems(404)})
+def read_try_log(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep, _: OperatorDep) -> StreamingResponse:
+    """The try's log: every epoch's stream in order, each behind one system line (streamed)."""
+    log = service.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
+    return StreamingResponse(service.read(store, log), media_type="text/plain; charset=utf-8")

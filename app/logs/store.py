@@ -1,0 +1,100 @@
+"""The log store: append-only byte streams under keys.
+
+`FileLogStore` keeps each key as a file under a root directory. An append is idempotent under
+retry: the writer says at which offset it believes the stream ends; bytes already stored are
+not written twice, and a gap is refused. Data is fsynced before the append returns, and a
+crash mid-append can only leave a torn tail after every earlier chunk, never corrupt one.
+Several processes may append to one store: a per-file lock orders them.
+"""
+
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+CHUNK = 64 * 1024
+
+
+class LogGap(Exception):
+    """The writer's offset is past the end of the stored stream."""
+
+    def __init__(self, stored: int) -> None:
+        super().__init__(f"stored size is {stored}")
+        self.stored = stored
+
+
+class LogStore(Protocol):
+    def size(self, key: str) -> int | None:
+        """The stream's length in bytes; None if it does not exist."""
+
+    def append(self, key: str, offset: int, data: bytes) -> int:
+        """Store `data` as the bytes from `offset`; answers the new length. LogGap if
+        `offset` is beyond the end; bytes before the end are taken as already stored."""
+
+    def read(self, key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """The stream's bytes in [start, end), in chunks."""
+
+
+def _safe(key: str) -> str:
+    parts = key.split("/")
+    if any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+        raise ValueError(f"unsafe log key {key!r}")
+    return key
+
+
+class FileLogStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        return self.root / _safe(key)
+
+    def size(self, key: str) -> int | None:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def append(self, key: str, offset: int, data: bytes) -> int:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        created = not path.exists()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            stored = os.fstat(fd).st_size
+            if offset > stored:
+                raise LogGap(stored)
+            fresh = data[stored - offset:]
+            if fresh:
+                view = memoryview(fresh)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+                stored += len(fresh)
+            if created:  # the new file's directory entry must survive a crash too
+                dir_fd = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+            return stored
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def read(self, key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        try:
+            handle = self._path(key).open("rb")
+        except FileNotFoundError:
+            return
+        with handle:
+            handle.seek(start)
+            remaining = None if end is None else max(0, end - start)
+            while remaining is None or remaining > 0:
+                chunk = handle.read(CHUNK if remaining is None else min(CHUNK, remaining))
+                if not chunk:
+                    return
+                if remaining is not None:
+                    remaining -= len(chunk)
+                yield chunk
