@@ -51,6 +51,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Execution control plane: admission, attempt fencing, outcome routing, Airflow-compatible reads.",
         lifespan=lifespan,
+        # Stable, readable operation IDs for generated SDKs: "<tag>_<function name>".
+        generate_unique_id_function=lambda route: f"{route.tags[0]}_{route.name}" if route.tags else route.name,
     )
     app.state.settings = settings
     app.state.engine = make_engine(settings.resolved_database_url)
