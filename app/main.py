@@ -8,6 +8,8 @@ from fastapi import FastAPI
 
 from app import models  # noqa: F401  (registers every table)
 from app.admin.router import router as admin_router
+from app.airflow.v1 import router as airflow_v1_router
+from app.airflow.v2 import router as airflow_v2_router
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
@@ -59,6 +61,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.log_store = FileLogStore(settings.resolved_log_dir)
     install_error_handlers(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, execution_router,
-                   logs_router, admin_router):
+                   logs_router, admin_router, airflow_v2_router, airflow_v1_router):
         app.include_router(router)
     return app

@@ -1,11 +1,15 @@
 """Operator login: POST /auth/token, as Airflow 3 clients call it."""
 
-from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.auth import tokens
 from app.auth.deps import installation, unauthorized
-from app.errors import problems
+from app.errors import AppError, problems
 
 router = APIRouter(tags=["auth"])
 
@@ -27,8 +31,31 @@ def operator_token(request: Request, username: str) -> str:
     return tokens.mint(inst.keyring, {"sub": username, "scope": "operator"}, ttl_seconds=ttl)
 
 
-@router.post("/auth/token", status_code=201, responses=problems(401, 422))
-def login(body: LoginRequest, request: Request) -> TokenPublic:
+FORM = "application/x-www-form-urlencoded"
+
+
+async def login_body(request: Request) -> LoginRequest:
+    """The credentials as JSON or as an OAuth2 password-flow form (Airflow 3 accepts both)."""
+    if request.headers.get("content-type", "").split(";")[0].strip() == FORM:
+        fields = {k: v[-1] for k, v in parse_qs((await request.body()).decode(errors="replace")).items()}
+        fields = {k: fields[k] for k in ("username", "password") if k in fields}
+    else:
+        try:
+            fields = await request.json()
+        except ValueError:
+            raise AppError(422, "validation-error", "Invalid request", "The body is not JSON.") from None
+    try:
+        return LoginRequest.model_validate(fields)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+
+
+_LOGIN_SCHEMA = LoginRequest.model_json_schema()
+
+
+@router.post("/auth/token", status_code=201, responses=problems(401, 422), openapi_extra={"requestBody": {
+    "required": True, "content": {"application/json": {"schema": _LOGIN_SCHEMA}, FORM: {"schema": _LOGIN_SCHEMA}}}})
+def login(request: Request, body: Annotated[LoginRequest, Depends(login_body)]) -> TokenPublic:
     """Exchange the operator's username and password for a bearer token."""
     if not installation(request).operator.check(body.username, body.password):
         raise unauthorized("Invalid username or password.")

@@ -135,3 +135,27 @@ def renew_attempt(keyring: KeyRing, token: AttemptClaims, *, ttl_seconds: int, m
     kept = {k: v for k, v in token.claims.items() if k not in ("iat", "exp", "jti")}
     body = {**kept, "iat": now, "exp": min(now + ttl_seconds, ceiling), "jti": uuid.uuid4().hex}
     return jwt.encode(body, keyring.active_key, algorithm=ALGORITHM, headers={"kid": keyring.active_kid})
+
+
+# --- log continuation cursors -------------------------------------------------------------
+
+CURSOR_SCOPE = "log-cursor"
+CURSOR_TTL_SECONDS = 7 * 24 * 3600
+
+
+def sign_cursor(keyring: KeyRing, ti_id: uuid.UUID, try_number: int, position: int) -> str:
+    """An opaque, signed position in one try's log (never trusted unsigned)."""
+    return mint(keyring, {"sub": str(ti_id), "scope": CURSOR_SCOPE, "try_number": try_number, "pos": position},
+                ttl_seconds=CURSOR_TTL_SECONDS)
+
+
+def read_cursor(keyring: KeyRing, token: str, ti_id: uuid.UUID, try_number: int) -> int:
+    """The position in `token`; InvalidToken if forged, expired or for another try's log."""
+    try:
+        claims = decode(keyring, token, scopes=(CURSOR_SCOPE,))
+    except WrongScope as exc:
+        raise InvalidToken(str(exc)) from exc
+    position = claims.get("pos")
+    if claims.get("sub") != str(ti_id) or claims.get("try_number") != try_number or not (_int(position) and position >= 0):
+        raise InvalidToken("the continuation token belongs to another log")
+    return position

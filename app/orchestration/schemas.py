@@ -6,7 +6,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,250}$")]
+# Identifiers become log path segments: never "." or "..", so none may start with a dot.
+Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,249}$")]
+# Airflow's run ids carry timestamps (manual__2026-11-30T00:00:00+00:00).
+RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_~:+\-][A-Za-z0-9_.~:+\-]{0,249}$")]
 
 
 class Strict(BaseModel):
@@ -49,7 +52,7 @@ class TaskCreate(Strict):
 
 class RunCreate(Strict):
     dag_id: Ident
-    run_id: Ident | None = None
+    run_id: RunId | None = None
     tenant_id: Annotated[str, StringConstraints(max_length=250)] | None = None
     trace_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9\-]{1,64}$")] | None = None
     conf: dict[str, Any] = {}

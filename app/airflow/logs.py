@@ -1,0 +1,133 @@
+"""Paging and streaming a try's log for the Airflow routes.
+
+Positions are byte offsets into the try's log (every epoch behind its system line); a page
+ends on a line boundary, so a client that follows the continuation token sees every line
+exactly once, also while an agent is still appending. Whole-log answers are streamed, never
+assembled in memory.
+"""
+
+import codecs
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from app.auth import tokens
+from app.auth.deps import installation
+from app.errors import AppError
+from app.logs import service as logs
+from app.logs.store import LogStore
+
+PAGE_BYTES = 1024 * 1024
+_SCAN = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Window:
+    start: int
+    end: int
+    finished: bool  # the window reaches the end of a log that will not grow
+
+    def token(self, request: Request, ti_id: object, try_number: int) -> str | None:
+        """None at the end of a finished log, else a signed cursor at the window's end."""
+        if self.finished:
+            return None
+        return tokens.sign_cursor(installation(request).keyring, ti_id, try_number, self.end)
+
+
+def start_position(request: Request, token: str | None, ti_id: object, try_number: int, log: logs.TryLog) -> int:
+    if not token:
+        return 0
+    try:
+        position = tokens.read_cursor(installation(request).keyring, token, ti_id, try_number)
+    except tokens.InvalidToken:
+        raise AppError(400, "bad-continuation-token", "Bad Signature. Please use only the tokens provided by the API.",
+                       "Bad Signature. Please use only the tokens provided by the API.") from None
+    return min(position, log.size)
+
+
+def window(store: LogStore, log: logs.TryLog, start: int, *, full: bool) -> Window:
+    """[start, end) ending on a line boundary: the rest of the log when `full`, else at most
+    PAGE_BYTES. A trailing partial line is held back until it is complete or the log finished."""
+    end = log.size if full else min(log.size, start + PAGE_BYTES)
+    if end == log.size and log.finished:
+        return Window(start, end, True)
+    cut = _last_newline(store, log, start, end)
+    if cut is None:
+        # No complete line yet: wait for more, unless a single line outgrew a whole page.
+        return Window(start, end if end - start >= PAGE_BYTES else start, False)
+    return Window(start, cut, False)
+
+
+def _last_newline(store: LogStore, log: logs.TryLog, start: int, end: int) -> int | None:
+    """The position just after the last newline in [start, end), scanning backwards."""
+    hi = end
+    while hi > start:
+        lo = max(start, hi - _SCAN)
+        found = b"".join(logs.read(store, log, lo, hi)).rfind(b"\n")
+        if found >= 0:
+            return lo + found + 1
+        hi = lo
+    return None
+
+
+def text_chunks(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:
+    """The window as text, chunk by chunk; a UTF-8 character split across chunks is kept whole."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    for chunk in logs.read(store, log, start, end):
+        if text := decoder.decode(chunk):
+            yield text
+    if tail := decoder.decode(b"", final=True):
+        yield tail
+
+
+def lines(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:
+    pending = ""
+    for text in text_chunks(store, log, start, end):
+        pending += text
+        *complete, pending = pending.split("\n")
+        yield from complete
+    if pending:
+        yield pending
+
+
+def batched(parts: Iterator[str], size: int = 64 * 1024) -> Iterator[bytes]:
+    """Join small strings into writes of about `size` characters."""
+    buffer: list[str] = []
+    length = 0
+    for part in parts:
+        buffer.append(part)
+        length += len(part)
+        if length >= size:
+            yield "".join(buffer).encode()
+            buffer, length = [], 0
+    if buffer:
+        yield "".join(buffer).encode()
+
+
+def json_string_stream(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:
+    """The window as the inside of one JSON string literal, escaped chunk by chunk."""
+    for text in text_chunks(store, log, start, end):
+        yield json.dumps(text)[1:-1]
+
+
+def preferred(accept: str | None, offered: list[str], default: str) -> str | None:
+    """The offered media type the Accept header prefers (ties go to the first offered);
+    `default` when there is no header; None when nothing offered is acceptable."""
+    if not accept:
+        return default
+    best, best_q = None, 0.0
+    for part in accept.split(","):
+        media, *params = [p.strip() for p in part.split(";")]
+        q = 1.0
+        for param in params:
+            if param.startswith("q="):
+                try:
+                    q = float(param[2:])
+                except ValueError:
+                    q = 0.0
+        for candidate in offered:
+            if media in (candidate, "*/*", candidate.split("/")[0] + "/*") and q > best_q:
+                best, best_q = candidate, q
+    return best

@@ -1,0 +1,179 @@
+"""What both Airflow versions read: runs, task instances, a try per entry, and log pages."""
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlmodel import Session
+
+from app.errors import AppError
+from app.execution.models import TaskAttempt
+from app.logs import service as logs
+from app.logs.service import TryLog
+from app.logs.store import LogStore
+from app.orchestration import states as s
+from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
+
+# Native states Airflow's enum lacks, and what each Airflow version shows instead.
+_STATE_MAP = {s.NONE: None, s.INFRA_FAILED: s.FAILED}
+
+
+def airflow_state(native: str) -> str | None:
+    return _STATE_MAP.get(native, native)
+
+
+def not_found(detail: str) -> AppError:
+    return AppError(404, "not-found", "Not found", detail)
+
+
+def get_run(session: Session, dag_id: str, run_id: str) -> DagRun:
+    run = session.execute(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)).scalar_one_or_none()
+    if run is None:
+        raise not_found(f"The DagRun with dag_id: `{dag_id}` and run_id: `{run_id}` was not found")
+    return run
+
+
+def list_dags(session: Session, limit: int, offset: int) -> tuple[list[tuple[str, datetime]], int]:
+    """Every dag_id that has a run, with its first run's time (fenceline keeps no DAG files)."""
+    query = select(DagRun.dag_id, func.min(DagRun.created_at)).group_by(DagRun.dag_id)
+    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+    rows = session.execute(query.order_by(DagRun.dag_id).limit(limit).offset(offset)).all()
+    return [(r[0], r[1]) for r in rows], total
+
+
+def list_runs(session: Session, dag_id: str, limit: int, offset: int) -> tuple[list[DagRun], int]:
+    query = select(DagRun).where(DagRun.dag_id == dag_id)
+    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+    rows = session.execute(query.order_by(DagRun.created_at, DagRun.run_id).limit(limit).offset(offset)).scalars()
+    return list(rows), total
+
+
+def list_task_instances(session: Session, run: DagRun, limit: int, offset: int) -> tuple[list[TaskInstance], int]:
+    query = select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
+    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+    rows = session.execute(query.order_by(TaskInstance.task_id, TaskInstance.map_index).limit(limit).offset(offset))
+    return list(rows.scalars()), total
+
+
+def get_task_instance(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int,
+                      *, mapped_route: bool) -> TaskInstance:
+    """The TI at these keys; on a route without map_index, a mapped task is 404 as in Airflow."""
+    ti = session.execute(select(TaskInstance).where(
+        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id,
+        TaskInstance.map_index == map_index)).scalar_one_or_none()
+    if ti is None:
+        if not mapped_route and map_index == -1 and session.execute(select(TaskInstance.id).where(
+                TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
+                TaskInstance.task_id == task_id).limit(1)).first():
+            raise not_found("Task instance is mapped, add the map_index value to the URL")
+        raise not_found(f"The Task Instance with dag_id: `{dag_id}`, run_id: `{run_id}`, task_id: `{task_id}` "
+                        f"and map_index: `{map_index}` was not found")
+    return ti
+
+
+@dataclass
+class TryView:
+    """One try as Airflow lists it: the latest epoch's state, and every epoch it had."""
+
+    ti: TaskInstance
+    try_number: int
+    state: str | None  # already mapped onto Airflow's enum
+    attempt_epoch: int
+    infra_attempts: int
+    last_failure_kind: str | None
+    last_failure_reason: str | None
+    queued_at: datetime | None
+    start_date: datetime | None
+    end_date: datetime | None
+    epochs: list[TaskAttempt] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float | None:
+        if self.start_date is None or self.end_date is None:
+            return None
+        return (self.end_date - self.start_date).total_seconds()
+
+
+def tries(session: Session, ti: TaskInstance) -> list[TryView]:
+    """One entry per try, oldest first, the current try last. Finished tries come from the
+    history; the current one from the task instance itself, so it never appears twice. A try
+    spent by an application failure shows `failed` even while the next try waits (Airflow 3's
+    rule); a try being re-placed shows `scheduled`, `queued` or `running`."""
+    history = {h.try_number: h for h in session.execute(
+        select(TaskInstanceHistory).where(TaskInstanceHistory.task_instance_id == ti.id)).scalars()}
+    epochs: dict[int, list[TaskAttempt]] = {}
+    for attempt in session.execute(select(TaskAttempt).where(TaskAttempt.task_instance_id == ti.id)
+                                   .order_by(TaskAttempt.try_number, TaskAttempt.attempt_epoch)).scalars():
+        epochs.setdefault(attempt.try_number, []).append(attempt)
+    views = []
+    for number in sorted((set(history) | set(epochs)) - {ti.try_number}):
+        h = history.get(number)
+        views.append(_view(ti, number, h.state if h else s.FAILED, h, epochs.get(number, [])))
+    current_state = s.FAILED if ti.state == s.UP_FOR_RETRY else ti.state
+    views.append(_view(ti, ti.try_number, current_state, ti, epochs.get(ti.try_number, [])))
+    return views
+
+
+def _view(ti: TaskInstance, number: int, state: str, row: TaskInstance | TaskInstanceHistory | None,
+          epochs: list[TaskAttempt]) -> TryView:
+    starts = [e.started_at or e.claimed_at for e in epochs]
+    ends = [e.ended_at for e in epochs if e.ended_at]
+    return TryView(
+        ti=ti, try_number=number, state=airflow_state(state),
+        attempt_epoch=row.attempt_epoch if row else (epochs[-1].attempt_epoch if epochs else 0),
+        infra_attempts=row.infra_attempts if row else 0,
+        last_failure_kind=row.last_failure_kind if row else None,
+        last_failure_reason=row.last_failure_reason if row else None,
+        queued_at=row.queued_at if row else None,
+        start_date=min(starts) if starts else (row.started_at if row else None),
+        end_date=(row.ended_at if row and row.ended_at else (max(ends) if ends and state in s.FINISHED else None)),
+        epochs=epochs,
+    )
+
+
+def get_try(session: Session, ti: TaskInstance, try_number: int) -> TryView:
+    for view in tries(session, ti):
+        if view.try_number == try_number:
+            return view
+    raise not_found(f"The Task Instance with dag_id: `{ti.dag_id}`, run_id: `{ti.run_id}`, task_id: "
+                    f"`{ti.task_id}`, map_index: `{ti.map_index}` and try_number: `{try_number}` was not found")
+
+
+def try_log(session: Session, store: LogStore, ti: TaskInstance, try_number: int) -> TryLog:
+    """The try's log; 404 "TaskInstance not found" (Airflow's words) for a try that never was."""
+    try:
+        return logs.try_log(session=session, store=store, ti_id=ti.id, try_number=try_number)
+    except AppError as exc:
+        if exc.status == 404:
+            raise not_found("TaskInstance not found") from None
+        raise
+
+
+def structured(line: str) -> dict[str, object]:
+    """A log line as Airflow 3's StructuredLogMessage: a JSON object line with a string `event`
+    keeps its fields (a timestamp that is not ISO 8601 is moved aside so clients can parse the
+    message); any other line is the event itself."""
+    if line.startswith("{"):
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("event"), str):
+            ts = parsed.get("timestamp")
+            if ts is not None and not _iso(ts):
+                parsed["timestamp_raw"] = parsed.pop("timestamp")
+            return parsed
+    if line.startswith(logs.SYSTEM_PREFIX):  # set apart: fenceline's own line about a re-place
+        return {"event": line, "level": "info", "logger": "fenceline"}
+    return {"event": line}
+
+
+def _iso(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,270 @@
+"""/api/v1: Airflow 2.10's read routes, shapes and problem+json errors, HTTP Basic auth."""
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from app.airflow import logs as paging
+from app.airflow import service
+from app.airflow.service import TryView
+from app.auth import tokens
+from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic, unauthorized
+from app.db import SessionDep
+from app.errors import problem_response, register_error_renderer
+from app.logs.router import StoreDep
+from app.orchestration.models import DagRun, TaskInstance
+
+PREFIX = "/api/v1"
+ERRORS_DOC = "https://airflow.apache.org/docs/apache-airflow/2.10.0/stable-rest-api-ref.html#section/Errors/"
+_ERROR_NAMES = {400: ("BadRequest", "Bad Request"), 401: ("Unauthenticated", "Unauthorized"),
+                403: ("PermissionDenied", "Forbidden"), 404: ("NotFound", "Not Found"),
+                406: ("NotAcceptable", "Not Acceptable"), 409: ("AlreadyExists", "Conflict")}
+
+
+def _render(*, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None,
+            **extra: Any) -> Any:
+    if type == "validation-error":
+        status = 400  # connexion validates parameters with a 400
+    name, airflow_title = _ERROR_NAMES.get(status, ("Unknown", "Internal Server Error"))
+    return problem_response(status, ERRORS_DOC + name, airflow_title, detail, headers=headers)
+
+
+register_error_renderer(PREFIX, _render)
+
+
+def require_basic_operator(request: Request, bearer: BearerDep, basic: BasicDep) -> str:
+    """HTTP Basic (as the 2.10 client sends it on every call); a bearer token works too."""
+    if bearer is None and basic is None:
+        raise unauthorized("Basic credentials are required.", scheme='Basic realm="fenceline"')
+    return require_operator_or_basic(request, bearer, basic)
+
+
+router = APIRouter(prefix=PREFIX, tags=["airflow-v1"], dependencies=[Depends(require_basic_operator)],
+                   responses={401: {"description": "Unauthenticated"}, 404: {"description": "Not found"}})
+RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
+TI = RUN + "/taskInstances"
+
+
+# --- wire schemas: Airflow 2.10's field names (docs/airflow-compat.md §3.4) ------------------
+
+class DAG(BaseModel):
+    dag_id: str
+    dag_display_name: str
+    root_dag_id: str | None = None
+    is_paused: bool = False
+    is_active: bool = True
+    is_subdag: bool = False
+    last_parsed_time: datetime | None = None
+    fileloc: str = ""
+    file_token: str = ""
+    owners: list[str] = []
+    description: str | None = None
+    schedule_interval: dict[str, Any] | None = None
+    tags: list[dict[str, str]] = []
+    max_active_tasks: int = 16
+    max_active_runs: int = 16
+    has_task_concurrency_limits: bool = False
+    has_import_errors: bool = False
+
+
+class DAGCollection(BaseModel):
+    dags: list[DAG]
+    total_entries: int
+
+
+class DAGRun(BaseModel):
+    dag_run_id: str
+    dag_id: str
+    logical_date: datetime
+    execution_date: datetime
+    start_date: datetime | None
+    end_date: datetime | None
+    data_interval_start: datetime | None = None
+    data_interval_end: datetime | None = None
+    last_scheduling_decision: datetime | None = None
+    run_type: str = "manual"
+    state: str
+    external_trigger: bool = True
+    conf: dict[str, Any]
+    note: str | None = None
+
+
+class DAGRunCollection(BaseModel):
+    dag_runs: list[DAGRun]
+    total_entries: int
+
+
+class TaskInstance(BaseModel):
+    """A task instance, and also one try (Airflow 2 reuses the shape for tries)."""
+
+    task_id: str
+    task_display_name: str
+    dag_id: str
+    dag_run_id: str
+    execution_date: str
+    start_date: str | None
+    end_date: str | None
+    duration: float | None
+    state: str | None
+    try_number: int
+    map_index: int
+    max_tries: int
+    hostname: str = ""
+    unixname: str = ""
+    pool: str = "default_pool"
+    pool_slots: int = 1
+    queue: str | None = None
+    priority_weight: int | None = None
+    operator: str | None = None
+    queued_when: str | None = None
+    pid: int | None = None
+    executor: str | None = None
+    executor_config: str = "{}"
+    sla_miss: dict[str, Any] | None = None
+    rendered_map_index: str | None = None
+    rendered_fields: dict[str, Any] = {}
+    trigger: dict[str, Any] | None = None
+    triggerer_job: dict[str, Any] | None = None
+    note: str | None = None
+    # Additive fenceline fields.
+    attempt_epoch: int
+    infra_attempts: int
+    last_failure_kind: str | None
+    epochs: list[dict[str, Any]]
+
+
+class TaskInstanceCollection(BaseModel):
+    task_instances: list[TaskInstance]
+    total_entries: int
+
+
+class InstanceLog(BaseModel):
+    content: str
+    continuation_token: str
+
+
+# --- mapping ---------------------------------------------------------------------------------
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def run_model(run: DagRun) -> DAGRun:
+    return DAGRun(dag_run_id=run.run_id, dag_id=run.dag_id, logical_date=run.created_at,
+                  execution_date=run.created_at, start_date=run.created_at, end_date=run.ended_at,
+                  state=run.state, conf=run.conf)
+
+
+def try_model(view: TryView, state: str | None = None) -> TaskInstance:
+    ti = view.ti
+    return TaskInstance(
+        task_id=ti.task_id, task_display_name=ti.task_id, dag_id=ti.dag_id, dag_run_id=ti.run_id,
+        execution_date=ti.created_at.isoformat(), start_date=_iso(view.start_date), end_date=_iso(view.end_date),
+        duration=view.duration, state=view.state if state is None else state, try_number=view.try_number,
+        map_index=ti.map_index, max_tries=ti.max_tries, queued_when=_iso(view.queued_at),
+        attempt_epoch=view.attempt_epoch, infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
+        epochs=[{"attempt_epoch": e.attempt_epoch, "execution_id": str(e.execution_id) if e.execution_id else None,
+                 "state": e.state, "outcome_kind": e.outcome_kind, "reason": e.reason,
+                 "user_code_started": e.user_code_started} for e in view.epochs],
+    )
+
+
+def ti_model(session: SessionDep, ti: TaskInstance) -> TaskInstance:
+    return try_model(service.tries(session, ti)[-1], state=service.airflow_state(ti.state))
+
+
+# --- routes ---------------------------------------------------------------------------------
+
+@router.get("/dags")
+def get_dags(session: SessionDep, limit: int = 100, offset: int = 0) -> DAGCollection:
+    dags, total = service.list_dags(session, max(limit, 0), max(offset, 0))
+    return DAGCollection(total_entries=total, dags=[
+        DAG(dag_id=dag_id, dag_display_name=dag_id, last_parsed_time=first) for dag_id, first in dags])
+
+
+@router.get("/dags/{dag_id}/dagRuns")
+def get_dag_runs(dag_id: str, session: SessionDep, limit: int = 100, offset: int = 0) -> DAGRunCollection:
+    runs, total = service.list_runs(session, dag_id, max(limit, 0), max(offset, 0))
+    return DAGRunCollection(dag_runs=[run_model(r) for r in runs], total_entries=total)
+
+
+@router.get(RUN)
+def get_dag_run(dag_id: str, dag_run_id: str, session: SessionDep) -> DAGRun:
+    return run_model(service.get_run(session, dag_id, dag_run_id))
+
+
+@router.get(TI)
+def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep, limit: int = 100,
+                       offset: int = 0) -> TaskInstanceCollection:
+    run = service.get_run(session, dag_id, dag_run_id)
+    tis, total = service.list_task_instances(session, run, max(limit, 0), max(offset, 0))
+    return TaskInstanceCollection(task_instances=[ti_model(session, ti) for ti in tis], total_entries=total)
+
+
+@router.get(TI + "/{task_id}")
+def get_task_instance(dag_id: str, dag_run_id: str, task_id: str, session: SessionDep) -> TaskInstance:
+    return ti_model(session, service.get_task_instance(session, dag_id, dag_run_id, task_id, -1, mapped_route=False))
+
+
+@router.get(TI + "/{task_id}/tries")
+def get_task_instance_tries(dag_id: str, dag_run_id: str, task_id: str, session: SessionDep,
+                            map_index: int = -1) -> TaskInstanceCollection:
+    return _tries(session, dag_id, dag_run_id, task_id, map_index)
+
+
+@router.get(TI + "/{task_id}/tries/{task_try_number}")
+def get_task_instance_try_details(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int,
+                                  session: SessionDep, map_index: int = -1) -> TaskInstance:
+    ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
+    return try_model(service.get_try(session, ti, task_try_number))
+
+
+@router.get(TI + "/{task_id}/logs/{task_try_number}", response_model=InstanceLog,
+            responses={200: {"content": {"text/plain": {}}}, 400: {}})
+def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, session: SessionDep,
+            store: StoreDep, request: Request, full_content: bool = False, map_index: int = -1,
+            token: str | None = None, accept: Annotated[str | None, Header()] = None) -> StreamingResponse:
+    """A try's log: JSON pages (`content` text, `continuation_token` always a string), or the
+    whole log as text/plain (Airflow 2 prefers text/plain for `*/*`)."""
+    ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
+    log = service.try_log(session, store, ti, task_try_number)
+    media = paging.preferred(accept, ["text/plain", "application/json"], default="application/json")
+    if media == "text/plain":
+        return StreamingResponse(paging.batched(paging.text_chunks(store, log, 0, log.size)),
+                                 media_type="text/plain; charset=utf-8")
+    start = paging.start_position(request, token, ti.id, task_try_number, log)
+    win = paging.window(store, log, start, full=full_content)
+    # Airflow 2 always answers a token; at the end of a finished log it reads as "nothing more".
+    next_token = tokens.sign_cursor(installation(request).keyring, ti.id, task_try_number, win.end)
+    body = (part for parts in (['{"content":"'], paging.json_string_stream(store, log, win.start, win.end),
+                               ['","continuation_token":"' + next_token + '"}']) for part in parts)
+    return StreamingResponse(paging.batched(body), media_type="application/json")
+
+
+@router.get(TI + "/{task_id}/{map_index}")
+def get_mapped_task_instance(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
+                             session: SessionDep) -> TaskInstance:
+    return ti_model(session, service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index,
+                                                       mapped_route=True))
+
+
+@router.get(TI + "/{task_id}/{map_index}/tries")
+def get_mapped_task_instance_tries(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
+                                   session: SessionDep) -> TaskInstanceCollection:
+    return _tries(session, dag_id, dag_run_id, task_id, map_index)
+
+
+@router.get(TI + "/{task_id}/{map_index}/tries/{task_try_number}")
+def get_mapped_task_instance_try_details(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
+                                         task_try_number: int, session: SessionDep) -> TaskInstance:
+    ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
+    return try_model(service.get_try(session, ti, task_try_number))
+
+
+def _tries(session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskInstanceCollection:
+    ti = service.get_task_instance(session, dag_id, run_id, task_id, map_index, mapped_route=True)
+    views = service.tries(session, ti)
+    return TaskInstanceCollection(task_instances=[try_model(v) for v in views], total_entries=len(views))

@@ -1,0 +1,95 @@
+"""The official Airflow 3 client (apache-airflow-client 3.x) reads fenceline unmodified."""
+
+import airflow_client.client as af
+import pytest
+from airflow_client.client.api.dag_api import DAGApi
+from airflow_client.client.api.dag_run_api import DagRunApi
+from airflow_client.client.api.task_instance_api import TaskInstanceApi
+
+from tests.airflow import scenario
+from tests.airflow.scenario import DAG, RUN
+from tests.conftest import ADMIN_PASSWORD
+from tests.flows import worker
+
+
+@pytest.fixture
+def built(live_server):
+    with live_server.client() as http:
+        token = http.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}).json()["access_token"]
+        operator = {"Authorization": f"Bearer {token}"}
+        built = scenario.build(http, operator, worker(http, operator))
+    config = af.Configuration(host=live_server.url, access_token=token)
+    with af.ApiClient(config) as api:
+        yield built, api
+
+
+def events(log) -> list[str]:
+    """The messages of a log page (the client wraps the list in a oneOf model)."""
+    return [m.event for m in log.content.actual_instance]
+
+
+class TestReads:
+    def test_dags_runs_and_task_instances_deserialise(self, built):
+        _, api = built
+        assert [d.dag_id for d in DAGApi(api).get_dags().dags] == [DAG]
+        runs = DagRunApi(api).get_dag_runs(DAG)
+        assert runs.total_entries == 1 and runs.dag_runs[0].dag_run_id == RUN
+        assert DagRunApi(api).get_dag_run(DAG, RUN).state.value == "success"
+        tis = TaskInstanceApi(api).get_task_instances(DAG, RUN)
+        assert sorted((t.task_id, t.map_index) for t in tis.task_instances) == [("extract", -1), ("fan", 0), ("fan", 1)]
+        extract = TaskInstanceApi(api).get_task_instance(DAG, RUN, "extract")
+        assert (extract.try_number, extract.state.value) == (2, "success")
+        assert TaskInstanceApi(api).get_mapped_task_instance(DAG, RUN, "fan", 1).map_index == 1
+
+    def test_one_entry_per_try_however_many_epochs(self, built):
+        scenario_, api = built
+        tries = TaskInstanceApi(api).get_task_instance_tries(DAG, RUN, "extract")
+        assert tries.total_entries == 2
+        assert [(t.try_number, t.state.value) for t in tries.task_instances] == [(1, "failed"), (2, "success")]
+        detail = TaskInstanceApi(api).get_task_instance_try_details(DAG, RUN, "extract", 1)
+        assert detail.state.value == "failed" and detail.try_number == 1
+
+    def test_mapped_tries(self, built):
+        _, api = built
+        tries = TaskInstanceApi(api).get_mapped_task_instance_tries(DAG, RUN, "fan", 0)
+        assert [(t.try_number, t.map_index, t.state.value) for t in tries.task_instances] == [(1, 0, "success")]
+        detail = TaskInstanceApi(api).get_mapped_task_instance_try_details(DAG, RUN, "fan", task_try_number=1, map_index=0)
+        assert detail.map_index == 0 and detail.state.value == "success"
+        by_query = TaskInstanceApi(api).get_task_instance_tries(DAG, RUN, "fan", map_index=1)
+        assert [t.map_index for t in by_query.task_instances] == [1]
+
+    def test_unknown_try_is_not_found(self, built):
+        _, api = built
+        with pytest.raises(af.exceptions.NotFoundException):
+            TaskInstanceApi(api).get_task_instance_try_details(DAG, RUN, "extract", 3)
+
+
+class TestLogs:
+    def test_try_one_holds_its_three_epochs_in_order_behind_system_lines(self, built):
+        built_, api = built
+        log = TaskInstanceApi(api).get_log(DAG, RUN, "extract", 1, full_content=True)
+        lines = events(log)
+        system = [e for e in lines if e.startswith("::fenceline::")]
+        assert len(system) == 3
+        assert [e for e in lines if not e.startswith("::fenceline::")] == built_.lines_try1
+        for line, epoch in zip(system, built_.epochs_try1, strict=True):
+            assert f"epoch {epoch} " in line
+        assert "evicted" in system[1] and "node_lost" in system[2]
+        assert lines.index(system[1]) == lines.index(built_.lines_try1[0]) + 1
+        assert log.continuation_token is None
+
+    def test_following_tokens_page_through_a_finished_log(self, built):
+        built_, api = built
+        log = TaskInstanceApi(api).get_log(DAG, RUN, "extract", 2)
+        assert events(log)[1:] == built_.lines_try2
+        assert log.continuation_token is None
+
+    def test_mapped_log(self, built):
+        _, api = built
+        log = TaskInstanceApi(api).get_log(DAG, RUN, "fan", 1, map_index=1)
+        assert events(log)[-1] == "fan 1"
+
+    def test_a_forged_token_is_400(self, built):
+        _, api = built
+        with pytest.raises(af.exceptions.BadRequestException):
+            TaskInstanceApi(api).get_log(DAG, RUN, "extract", 1, token="forged.token.value")
