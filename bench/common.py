@@ -1,0 +1,113 @@
+"""What the benchmarks share: a real `fenceline serve` on SQLite or a throw-away PostgreSQL
+database, and latency statistics. Benchmarks run on demand and print figures; they are not tests."""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+
+ADMIN_PASSWORD = "bench-admin-password"
+PG_ADMIN_URL = os.environ.get("FENCELINE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def database(backend: str, data_dir: Path) -> Iterator[str | None]:
+    """None for the SQLite default under data_dir, else a throw-away PostgreSQL database URL."""
+    if backend == "sqlite":
+        yield None
+        return
+    name = f"fenceline_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class Server:
+    """`fenceline serve` in a subprocess, on a temp data dir and a free port."""
+
+    def __init__(self, backend: str, **settings: str) -> None:
+        self.backend, self.settings = backend, settings
+
+    def __enter__(self) -> "Server":
+        self._stack = contextlib.ExitStack()
+        data_dir = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="fenceline-bench-")))
+        url = self._stack.enter_context(database(self.backend, data_dir))
+        port = free_port()
+        env = {**os.environ, "FENCELINE_DATA_DIR": str(data_dir), "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD,
+               "FENCELINE_JWT_SECRET": "bench-secret-" + "x" * 40, "FENCELINE_REAPER_INTERVAL_SECONDS": "0",
+               **{f"FENCELINE_{k.upper()}": v for k, v in self.settings.items()}}
+        env.pop("DATABASE_URL", None)
+        if url:
+            env["FENCELINE_DATABASE_URL"] = url
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.__exit__()
+                raise RuntimeError("fenceline serve did not start")
+            time.sleep(0.1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._stack.close()
+
+    def rss_bytes(self) -> int:
+        """The server process's resident memory now."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=120)
+
+    def operator(self, client: httpx.Client) -> dict[str, str]:
+        resp = client.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
+        resp.raise_for_status()
+        return {"Authorization": f"Bearer {resp.json()['access_token']}"}
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    cells = [headers] + [[f"{c:.1f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
