@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from sqlalchemy import JSON, DateTime, Engine, MetaData, create_engine, event
+from sqlalchemy import JSON, DateTime, Engine, MetaData, create_engine, event, literal_column
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Session, SQLModel
 
@@ -109,7 +109,7 @@ def _dialect_insert(session: Session, table: Any) -> Any:
 def insert_ignore(session: Session, table: Any, values: dict[str, Any], index_elements: list[str]) -> bool:
     """INSERT … ON CONFLICT DO NOTHING on either database. True if the row was inserted."""
     stmt = _dialect_insert(session, table).values(**values).on_conflict_do_nothing(index_elements=index_elements)
-    return session.execute(stmt).rowcount == 1
+    return _wrote(session, stmt)
 
 
 def upsert(
@@ -120,4 +120,10 @@ def upsert(
     True if a row was inserted or updated; False if `where` kept the stored row."""
     stmt = _dialect_insert(session, table).values(**values)
     stmt = stmt.on_conflict_do_update(index_elements=index_elements, set_=update, where=where)
-    return session.execute(stmt).rowcount == 1
+    return _wrote(session, stmt)
+
+
+def _wrote(session: Session, stmt: Any) -> bool:
+    """Whether `stmt` wrote a row, told by RETURNING: the rowcount of an ORM-enabled INSERT is
+    -1 on psycopg, so it cannot tell."""
+    return session.execute(stmt.returning(literal_column("1"))).first() is not None

@@ -9,7 +9,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import Table, Uuid, func, insert, select
+from sqlalchemy.exc import OperationalError, StatementError
 from sqlmodel import Session
 
 from app import models  # noqa: F401  (registers every table)
@@ -34,12 +35,23 @@ def _dump(value: Any) -> Any:
 
 
 def _load(column: Any, value: Any) -> Any:
+    """The stored value of `value` in `column`; ValueError or TypeError when it does not fit
+    (SQLite would store a string in an integer column without a word)."""
     if value is None:
         return None
     if isinstance(column.type, UTCDateTime):
-        return datetime.fromisoformat(value)
-    if column.type.__class__.__name__ == "Uuid":
+        value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            raise ValueError(f"{column.name} must carry a timezone")
+        return value
+    if isinstance(column.type, Uuid):
         return uuid.UUID(value)
+    try:
+        expected = column.type.python_type
+    except NotImplementedError:
+        return value
+    if expected in (int, str, bool) and type(value) is not expected:
+        raise TypeError(f"{column.name} must be {expected.__name__}")
     return value
 
 
@@ -68,9 +80,14 @@ def restore(*, session: Session, document: dict[str, Any]) -> dict[str, int]:
         rows = document["tables"].get(name, [])
         try:
             loaded = [{c: _load(table.c[c], v) for c, v in row.items()} for row in rows]
-        except (KeyError, ValueError, TypeError, AttributeError) as exc:
-            raise AppError(422, "invalid-snapshot", "Invalid snapshot", f"Bad row in {name}: {exc!r}.") from exc
-        if loaded:
-            session.execute(insert(table), loaded)
+            if loaded:
+                session.execute(insert(table), loaded)
+        except OperationalError:
+            raise  # the database, not the document: a retryable 503
+        except (KeyError, ValueError, TypeError, AttributeError, StatementError) as exc:
+            # A missing column, a duplicate key or a value the column cannot hold: the
+            # request rolls back whole, so nothing half-restored survives.
+            detail = exc.orig if isinstance(exc, StatementError) else exc
+            raise AppError(422, "invalid-snapshot", "Invalid snapshot", f"Bad row in {name}: {detail!r}.") from exc
         counts[name] = len(loaded)
     return counts

@@ -4,7 +4,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 SeatName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")]
 RuntimeBackend = Literal["local", "kubernetes"]
@@ -51,14 +51,16 @@ class SeatPut(SeatRecord):
 
 class AdmissionRequest(SeatRecord):
     runtime_backend: RuntimeBackend
-    runtime_target: dict[str, Any] | None = None
+    # Validated against the backend as a field (not the whole model), so that a 422 names
+    # runtime_target and the offending member, e.g. body.runtime_target.pid.
+    runtime_target: dict[str, Any] | None = Field(default=None, validate_default=True)
     previous_execution_id: uuid.UUID | None = None
 
-    @model_validator(mode="after")
-    def _target_matches_backend(self) -> "AdmissionRequest":
-        target = parse_target(self.runtime_backend, self.runtime_target)
-        self.runtime_target = None if target is None else target.model_dump(exclude_none=True)
-        return self
+    @field_validator("runtime_target")
+    @classmethod
+    def _target_matches_backend(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        target = parse_target(info.data.get("runtime_backend", "local"), value)
+        return None if target is None else target.model_dump(exclude_none=True)
 
 
 class Observation(Strict):
@@ -68,11 +70,12 @@ class Observation(Strict):
     terminal: bool = False
     observed_at: datetime
 
-    @model_validator(mode="after")
-    def _aware(self) -> "Observation":
-        if self.observed_at.tzinfo is None:
+    @field_validator("observed_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
             raise ValueError("observed_at must carry a timezone")
-        return self
+        return value
 
 
 class ExecutionPatch(Strict):

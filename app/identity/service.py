@@ -155,7 +155,7 @@ def _immutable_mismatch(execution: Execution, patch: ExecutionPatch) -> str | No
     for name, value in (patch.runtime_target or {}).items():
         if name not in TARGET_FIELDS:
             return f"runtime_target.{name}"
-        if name == "pod_uid" and execution.pod_uid is None:
+        if name == "pod_uid" and execution.pod_uid is None and patch.pod_uid in (None, value):
             continue  # binding it through the target is the same as binding pod_uid
         if getattr(execution, name) != value:
             return f"runtime_target.{name}"

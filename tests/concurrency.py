@@ -1,0 +1,28 @@
+"""Real concurrency for race tests: threads released together, each with its own connection."""
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import httpx
+
+T = TypeVar("T")
+BARRIER_TIMEOUT = 30
+
+
+def race(server: Any, workers: list[Callable[[httpx.Client], T]]) -> list[T]:
+    """Run each worker in its own thread with its own HTTP client against `server`, all
+    released at once by a barrier; answers their results in order (re-raising any error)."""
+    barrier = threading.Barrier(len(workers), timeout=BARRIER_TIMEOUT)
+
+    def run(worker: Callable[[httpx.Client], T]) -> T:
+        # Plain HTTP: verify=False skips loading a CA bundle (~50 ms a client).
+        with server.client(verify=False) as client:
+            client.get("/health").raise_for_status()  # connect before the start line
+            barrier.wait()
+            return worker(client)
+
+    with ThreadPoolExecutor(max_workers=len(workers)) as pool:
+        futures = [pool.submit(run, w) for w in workers]
+        return [f.result(timeout=BARRIER_TIMEOUT * 4) for f in futures]

@@ -1,0 +1,146 @@
+"""Races with real concurrency: threads released together by a barrier, each with its own
+HTTP connection to a real server, on SQLite and PostgreSQL."""
+
+from tests.concurrency import race
+from tests.conftest import login
+from tests.factories import admission_body, admit, kube_target
+from tests.scrape import identity_conflicts
+
+THREADS = 16
+ROUNDS = 3
+# Writers that repeat until refused contend hard for SQLite's single write lock; fewer of them
+# still overlap every admission and keep the suite fast.
+WRITERS = 5
+MAX_WRITES = 500  # a bound on the writers that keep writing until the race is decided
+
+
+def admitting(headers, seat, previous, **body):
+    def worker(client):
+        return client.post(f"/v1/seats/{seat}/executions", json=admission_body(previous, **body), headers=headers)
+    return worker
+
+
+def binding(headers, url, pod_uid):
+    return lambda client: client.patch(url, json={"pod_uid": pod_uid}, headers=headers)
+
+
+def until_refused(write):
+    """A worker that repeats `write` until it is refused; answers (successful writes, the refusal)."""
+    def worker(client):
+        written = []
+        for n in range(MAX_WRITES):
+            resp = write(client, n)
+            if resp.status_code not in (200, 201):
+                return written, resp
+            written.append(n)
+        raise AssertionError(f"never refused after {MAX_WRITES} writes")
+    return worker
+
+
+class TestAdmissionRace:
+    def test_one_admission_per_predecessor_and_contiguous_generations(self, live_server):
+        with live_server.client() as client:
+            headers = login(client)
+            refusals = identity_conflicts(client, headers, "race", "stale-predecessor")
+            previous = None
+            for _ in range(ROUNDS):
+                responses = race(live_server, [admitting(headers, "racer", previous, swarm="race")] * THREADS)
+                winners = [r.json() for r in responses if r.status_code == 201]
+                losers = [r for r in responses if r.status_code != 201]
+                assert len(winners) == 1, [r.text for r in responses]
+                assert {(r.status_code, r.json()["type"]) for r in losers} == {(409, "stale-predecessor")}
+                assert {r.json()["current_execution_id"] for r in losers} == {winners[0]["execution_id"]}
+                previous = winners[0]["execution_id"]
+            history = client.get("/v1/seats/racer/executions", headers=headers).json()["items"]
+            assert [e["generation"] for e in history] == list(range(1, ROUNDS + 1))
+            assert [e["previous_execution_id"] for e in history[1:]] == [e["execution_id"] for e in history[:-1]]
+            assert client.get("/v1/seats/racer", headers=headers).json()["execution_id"] == previous
+            assert identity_conflicts(client, headers, "race", "stale-predecessor") == refusals + ROUNDS * (THREADS - 1)
+
+
+class TestBindingRace:
+    def test_one_of_many_pod_uids_binds(self, live_server):
+        with live_server.client() as client:
+            headers = login(client)
+            execution = admit(client, headers, "racer", backend="kubernetes", target=kube_target())
+            url = f"/v1/executions/{execution['execution_id']}"
+            responses = race(live_server, [binding(headers, url, f"uid-{i}") for i in range(THREADS)])
+            [winner] = [i for i, r in enumerate(responses) if r.status_code == 200]
+            assert {(r.status_code, r.json()["type"]) for r in responses if r.status_code != 200} == {
+                (409, "identity-conflict")}
+            assert client.get(url, headers=headers).json()["runtime_target"]["pod_uid"] == f"uid-{winner}"
+            # A losing UID was not recorded: another execution may still bind it.
+            loser = next(i for i in range(THREADS) if i != winner)
+            admit(client, headers, "other", backend="kubernetes", target=kube_target(f"uid-{loser}"))
+
+    def test_one_pod_uid_binds_to_one_of_many_executions(self, live_server):
+        with live_server.client() as client:
+            headers = login(client)
+            executions = [admit(client, headers, f"racer-{i}", backend="kubernetes", target=kube_target())
+                          for i in range(THREADS)]
+            urls = [f"/v1/executions/{e['execution_id']}" for e in executions]
+            responses = race(live_server, [binding(headers, url, "shared") for url in urls])
+            assert sorted(r.status_code for r in responses) == [200] + [409] * (THREADS - 1)
+            assert {r.json()["type"] for r in responses if r.status_code == 409} == {"pod-uid-reused"}
+            bound = [client.get(u, headers=headers).json()["runtime_target"].get("pod_uid") for u in urls]
+            assert bound.count("shared") == 1
+
+
+class TestPlainWriterRace:
+    def test_plain_writes_never_overwrite_admitted_identity(self, live_server):
+        with live_server.client() as client:
+            headers = login(client)
+            for round in range(ROUNDS):
+                seat = f"contested-{round}"
+                if round % 2:  # the seat starts as a plain record, or does not exist yet
+                    client.put(f"/v1/seats/{seat}", json={"swarm": "plain"}, headers=headers).raise_for_status()
+
+                def plain(c, n, writer):
+                    return c.put(f"/v1/seats/{seat}", json={"swarm": "plain", "labels": {"writer": f"{writer}-{n}"}},
+                                 headers=headers)
+
+                writers = [until_refused(lambda c, n, w=w: plain(c, n, w)) for w in range(WRITERS)]
+                admission = admitting(headers, seat, None, swarm="admitted", labels={"by": "admission"})
+                *written, admitted = race(live_server, [*writers, admission])
+                assert admitted.status_code == 201, admitted.text
+                for _, refusal in written:
+                    assert (refusal.status_code, refusal.json()["type"]) == (409, "admission-required")
+                shown = client.get(f"/v1/seats/{seat}", headers=headers).json()
+                assert shown["execution_id"] == admitted.json()["execution_id"]
+                assert (shown["swarm"], shown["labels"], shown["generation"]) == ("admitted", {"by": "admission"}, 1)
+                history = client.get(f"/v1/seats/{seat}/executions", headers=headers).json()["items"]
+                assert [e["execution_id"] for e in history] == [admitted.json()["execution_id"]]
+
+
+class TestResumeRace:
+    def test_stale_resume_writes_never_land_on_the_new_execution(self, live_server):
+        with live_server.client() as client:
+            headers = login(client)
+            current = admit(client, headers, "agent")
+            for _ in range(ROUNDS):
+                old = current["execution_id"]
+
+                def stale(c, n, writer):
+                    return c.put("/v1/seats/agent/resume", headers=headers, json={
+                        "expected_execution_id": old, "resume_token": f"stale-{writer}-{n}"})
+
+                def rotate(c):
+                    """Admit the successor, then write its own token: the last word, unless a
+                    stale write lands after the rotation."""
+                    new = c.post("/v1/seats/agent/executions", json=admission_body(old), headers=headers)
+                    assert new.status_code == 201, new.text
+                    new = new.json()
+                    token = f"new-{new['execution_id']}"
+                    resp = c.put("/v1/seats/agent/resume", headers=headers, json={
+                        "expected_execution_id": new["execution_id"], "resume_token": token})
+                    assert resp.status_code == 200, resp.text
+                    return new
+
+                writers = [until_refused(lambda c, n, w=w: stale(c, n, w)) for w in range(WRITERS)]
+                *written, current = race(live_server, [*writers, rotate])
+                for _, refusal in written:
+                    assert (refusal.status_code, refusal.json()["type"]) == (409, "execution-rotated")
+                    assert refusal.json()["current_execution_id"] == current["execution_id"]
+                shown = client.get("/v1/seats/agent", headers=headers).json()
+                assert shown["execution_id"] == current["execution_id"]
+                assert shown["resume_token"] == f"new-{current['execution_id']}"
