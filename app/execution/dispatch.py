@@ -45,9 +45,13 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, now: datetim
     )
     if skip_locked:
         ready = ready.with_for_update(skip_locked=True)
+    # A CTE, evaluated once: as an IN subquery PostgreSQL may re-run it per row (nested-loop
+    # semi join), and a re-run skips the rows this statement already updated and takes the
+    # next ones, claiming more than `limit`. A locking CTE is never inlined.
+    ready_once = ready.cte("ready")
     claimed = list(session.execute(
         update(TaskInstance)
-        .where(TaskInstance.id.in_(ready), TaskInstance.state == s.SCHEDULED)
+        .where(TaskInstance.id.in_(select(ready_once.c.id)), TaskInstance.state == s.SCHEDULED)
         .values(state=s.QUEUED, attempt_epoch=TaskInstance.attempt_epoch + 1, queued_at=now, next_eligible_at=None,
                 updated_at=now, **{**NEW_EXECUTION, "execution_id": execution_id})
         .returning(TaskInstance)

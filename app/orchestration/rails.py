@@ -158,8 +158,9 @@ def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> N
 
 def clear(*, session: Session, ti: TaskInstance, now: datetime | None = None) -> TaskInstance | None:
     """Any started or finished state -> a new try (scheduled, or none while upstreams are not
-    done), new epoch, fresh infra budget; Airflow's rule: max_tries = try_number + retries.
-    A try that never ran (upstream_failed) is reused. In-flight attempts are fenced off."""
+    done), new epoch, fresh infra budget, and `retries` more tries after it (Airflow's
+    max_tries = try_number + retries, counted from the last try that ran). A try that never
+    ran (upstream_failed) is reused. In-flight attempts are fenced off."""
     now = now or utcnow()
     if ti.state not in s.CLEARABLE:
         return ti
@@ -167,13 +168,14 @@ def clear(*, session: Session, ti: TaskInstance, now: datetime | None = None) ->
         archive_try(session, ti, s.FAILED)
     next_try = ti.try_number if ti.state == s.UPSTREAM_FAILED else ti.try_number + 1
     cleared = cas(
-        session, ti, state=s.NONE, try_number=next_try, max_tries=ti.try_number + ti.retries,
+        session, ti, state=s.NONE, try_number=next_try, max_tries=next_try - 1 + ti.retries,
         attempt_epoch=ti.attempt_epoch + 1, infra_attempts=0, next_eligible_at=None,
         queued_at=None, started_at=None, ended_at=None, **NEW_EXECUTION,
     )
-    if cleared is not None:
-        refresh_run(session, cleared.dag_run_id, now, reopen=True)
-    return cleared
+    if cleared is None:
+        return None
+    refresh_run(session, cleared.dag_run_id, now, reopen=True)
+    return session.get(TaskInstance, cleared.id, populate_existing=True)  # readiness may have scheduled it
 
 
 def mark(*, session: Session, ti: TaskInstance, state: str, now: datetime | None = None) -> TaskInstance | None:

@@ -42,7 +42,9 @@ def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[Ta
 
 
 def get_run(*, session: Session, dag_id: str, run_id: str) -> DagRun:
-    run = session.execute(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)).scalar_one_or_none()
+    run = session.execute(
+        select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id).execution_options(populate_existing=True)
+    ).scalar_one_or_none()
     if run is None:
         raise not_found("run", f"No run {run_id!r} of DAG {dag_id!r}.")
     return run
