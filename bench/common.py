@@ -8,9 +8,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -98,6 +100,29 @@ class Server:
         resp = client.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
         resp.raise_for_status()
         return {"Authorization": f"Bearer {resp.json()['access_token']}"}
+
+
+def concurrent_rate(count: int, seconds: float, work: Callable[[int, float, list[float]], None]) -> list[object]:
+    """Run `work(n, deadline, samples)` on `count` threads released together by a barrier, each
+    appending one latency per operation until the deadline; answers the row
+    [count, operations, per s, p50 ms, p99 ms]. A failed operation fails the benchmark."""
+    per_thread: list[list[float]] = [[] for _ in range(count)]
+    barrier = threading.Barrier(count + 1)
+
+    def run(n: int) -> None:
+        barrier.wait()
+        work(n, time.monotonic() + seconds, per_thread[n])
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        futures = [pool.submit(run, n) for n in range(count)]
+        barrier.wait()
+        start = time.perf_counter()
+        for f in futures:
+            f.result()
+        elapsed = time.perf_counter() - start
+    samples = [s for got in per_thread for s in got]
+    return [count, len(samples), len(samples) / elapsed, percentile(samples, 0.5) * 1000,
+            percentile(samples, 0.99) * 1000]
 
 
 def percentile(samples: list[float], q: float) -> float:
