@@ -114,6 +114,12 @@ def release(*, session: Session, token: AttemptClaims) -> TaskInstance:
     ti = _read(session, token)
     if ti is None or not settle_match(token, ti):
         raise stale_report(token, ti)
+    if ti.state != s.QUEUED:
+        # Still the live attempt, so not stale: but its user code started (or it ended), and
+        # a started attempt ends only with an outcome.
+        raise AppError(409, "attempt-started", "Attempt started",
+                       f"Attempt of task instance {ti.id} is {ti.state}; only a queued claim can be released.",
+                       should_terminate=False, state=ti.state)
     attempt = (ti.id, ti.try_number, ti.attempt_epoch)  # `ti` is refreshed by the CAS below
     moved = requeue(session=session, ti=ti)
     if moved is None:

@@ -122,6 +122,16 @@ class TestRelease:
             "scheduled", 1, 2, 0, None)
         assert_stale(attempt.send("running"))
 
+    def test_a_started_attempt_cannot_be_released_and_keeps_running(self, client, operator):
+        run = create_run(client, operator, task("a"))
+        attempt = Worker(client, operator).claim_one()
+        attempt.report("running")
+        before = read_ti(client, operator, ti_ids(run)["a"])
+        resp = attempt.release()
+        assert resp.status_code == 409
+        assert resp.json()["type"] == "attempt-started" and resp.json()["should_terminate"] is False
+        assert read_ti(client, operator, ti_ids(run)["a"]) == before
+
     def test_superseded_release_is_stale(self, client, operator):
         old, new = superseded(client, operator)
         before = read_ti(client, operator, new.ti_id)
