@@ -44,6 +44,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from app.worker.main import run_worker
+
+    return run_worker(args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from app.worker.demo import run_demo
+
+    return run_demo(keep=args.keep, timeout=args.timeout)
+
+
 def _redacted(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -60,6 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="upgrade the database to the latest revision")
     migrate.set_defaults(func=cmd_migrate)
+    from app.worker.settings import add_arguments as worker_arguments
+
+    worker = sub.add_parser("worker", help="run claimed tasks as local processes for one seat")
+    worker_arguments(worker)
+    worker.set_defaults(func=cmd_worker)
+    demo = sub.add_parser("demo", help="a throw-away server, two workers and an example run, explained")
+    demo.add_argument("--keep", action="store_true", help="keep the server up after the run (Ctrl-C ends it)")
+    demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")
+    demo.set_defaults(func=cmd_demo)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,0 +1,209 @@
+"""The worker process: admit itself for its seat, claim work, run it, stop cleanly.
+
+Start-up order matters: journaled outcomes are re-delivered first (while their epochs may
+still be live), what the previous process left running is killed, and only then is the seat
+admitted anew — superseding the predecessor, whose in-flight attempts the server then
+re-places (worker-lost).
+"""
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from app.worker.api import Api, Backoff, GaveUp, Refused, ServerUnreachable, Stale, retrying
+from app.worker.context import Context
+from app.worker.deliver import redeliver_journal
+from app.worker.process import kill_orphans
+from app.worker.settings import WorkerSettings
+from app.worker.state import StateDir
+from app.worker.task import TaskRunner, describe
+
+# Exit statuses of `fenceline worker`.
+EXIT_OK, EXIT_ERROR, EXIT_SEAT_TAKEN, EXIT_SUPERSEDED = 0, 1, 3, 4
+
+
+class Fatal(Exception):
+    """The worker cannot go on; the message says why, the code is the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Worker:
+    def __init__(self, settings: WorkerSettings, log: logging.Logger | None = None) -> None:
+        self.settings = settings
+        self.ctx = Context(api=Api(settings.server), state=StateDir(settings.state_dir), settings=settings,
+                           log=log or logging.getLogger("fenceline.worker"))
+        self.worker_token = ""
+        self.execution_id = ""
+        self.threads: list[threading.Thread] = []
+
+    @property
+    def log(self) -> logging.Logger:
+        return self.ctx.log
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT (or until superseded); answers the exit status."""
+        self.ctx.state.lock()
+        self._install_signal_handlers()
+        try:
+            redeliver_journal(self.ctx)
+            self._kill_leftovers()
+            self._admit()
+            self._claim_loop()
+            return EXIT_OK
+        except GaveUp:
+            return EXIT_OK  # stopped while the server was unreachable; the journal keeps what is owed
+        except Fatal as exc:
+            self.log.error("%s", exc)
+            return exc.code
+        finally:
+            self._drain()
+            self.ctx.api.close()
+
+    # start-up --------------------------------------------------------------------------------
+
+    def _kill_leftovers(self) -> None:
+        """Attempts a previous process of this state directory held but never settled: kill
+        what is left of them. The server re-places them once this admission supersedes it."""
+        for key, record in self.ctx.state.attempts().items():
+            if key in self.ctx.state.journaled():
+                continue
+            c = record["correlation"]
+            killed = 0
+            if record.get("pgid"):
+                killed = kill_orphans(record["pgid"], [f"FENCELINE_TI_ID={c['ti_id']}",
+                                                       f"FENCELINE_ATTEMPT_EPOCH={c['attempt_epoch']}"])
+            self.log.info("%s: left by the previous worker (%d process(es) still running, killed); the server "
+                          "re-places it as worker_lost", describe(c), killed)
+            self.ctx.state.forget_attempt(key)
+
+    def _admission_body(self, previous: str | None) -> dict[str, Any]:
+        return {"swarm": self.settings.swarm, "role": "worker", "labels": {"agent": "fenceline-worker"},
+                "runtime_backend": "local", "runtime_target": {"server_id": socket.gethostname()[:253],
+                                                               "pid": os.getpid()},
+                "previous_execution_id": previous}
+
+    def _admit(self) -> None:
+        """Admit a new execution of the seat, naming the one this state directory last held.
+        An admission cut short by a crash is replayed first (same Idempotency-Key), so its
+        execution, not an older one, is the predecessor."""
+        state, seat = self.ctx.state, self.settings.seat
+        try:
+            operator = self._call(lambda: self.ctx.api.login(self.settings.username, self.settings.password),
+                                  "log in")
+        except Refused as exc:
+            raise Fatal(f"operator login as {self.settings.username!r} refused ({exc.status}): check the "
+                        "credentials (FENCELINE_ADMIN_USERNAME, FENCELINE_ADMIN_PASSWORD or --password-file)") from exc
+        known = state.execution
+        if known and known.get("seat") != seat:
+            raise Fatal(f"{state.root} belongs to seat {known.get('seat')!r}, not {seat!r}: use another --state-dir")
+        previous = known["execution_id"] if known else None
+        if (pending := state.pending_admission) is not None:
+            try:
+                replayed = self._call(lambda: self.ctx.api.admit(operator, seat, pending["body"], pending["key"]),
+                                      "replay admission")
+                previous = replayed["execution_id"]
+            except Refused as exc:
+                self.log.info("an unfinished admission was not replayed (%s)", exc.type)
+        key = str(uuid.uuid4())
+        body = self._admission_body(previous)
+        state.save_pending_admission({"body": body, "key": key})
+        try:
+            admitted = self._call(lambda: self.ctx.api.admit(operator, seat, body, key), "admission")
+        except Refused as exc:
+            if exc.type == "stale-predecessor":
+                raise Fatal(f"seat {seat!r} is held by execution {exc.problem.get('current_execution_id')}, which "
+                            f"this state directory did not admit: is another worker running for this seat?",
+                            EXIT_SEAT_TAKEN) from exc
+            raise Fatal(f"admission refused: {exc}") from exc
+        state.save_execution({"seat": seat, "server": self.settings.server, "execution_id": admitted["execution_id"],
+                              "generation": admitted["generation"]})
+        state.clear_pending_admission()
+        self.worker_token, self.execution_id = admitted["worker_token"], admitted["execution_id"]
+        self.log.info("admitted seat %s: execution %s (generation %d%s); concurrency %d", seat,
+                      self.execution_id, admitted["generation"],
+                      f", superseding {previous}" if previous else "", self.settings.concurrency)
+
+    def _call(self, call: Any, what: str) -> Any:
+        """A start-up call, retried while the server is unreachable, until a stop signal."""
+        return retrying(call, what=what, stop=self.ctx.stopping, log=self.log.info)
+
+    # serving ---------------------------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        backoff = Backoff(cap=self.settings.poll_interval * 10)
+        while not self.ctx.stopping.is_set():
+            self.threads = [t for t in self.threads if t.is_alive()]
+            free = self.settings.concurrency - len(self.threads)
+            wait = self.settings.poll_interval
+            if free > 0:
+                try:
+                    for item in self.ctx.api.claim(self.worker_token, free):
+                        self._start(item)
+                    if backoff.failures:
+                        self.log.info("claim: server reachable again")
+                        backoff = Backoff(cap=self.settings.poll_interval * 10)
+                except ServerUnreachable as exc:
+                    wait = backoff.next_delay()
+                    if backoff.failures == 1:  # once per outage
+                        self.log.warning("claim: server unreachable (%s); retrying with back-off", exc)
+                except Stale as exc:
+                    self.ctx.halt_now()
+                    raise Fatal(f"execution {self.execution_id} can no longer claim ({exc.type}: "
+                                f"{exc.problem.get('detail')}); stopping its tasks", EXIT_SUPERSEDED) from exc
+                except Refused as exc:
+                    self.ctx.stopping.set()
+                    raise Fatal(f"claim refused ({exc}); draining and exiting") from exc
+            self.ctx.wake.wait(wait)
+            self.ctx.wake.clear()
+
+    def _start(self, item: dict[str, Any]) -> None:
+        runner = TaskRunner(self.ctx, item)
+        self.log.info("%s: claimed", runner.name)
+
+        def run() -> None:
+            try:
+                runner.run()
+            finally:
+                self.ctx.wake.set()  # a slot is free
+
+        thread = threading.Thread(target=run, name=f"task-{runner.key}", daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    # stopping --------------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        def on_signal(signum: int, _frame: Any) -> None:
+            if self.ctx.stopping.is_set():
+                self.log.info("%s again: stopping running tasks now", signal.Signals(signum).name)
+                self.ctx.halt_now()
+                return
+            self.log.info("%s: no new claims; running tasks have %.0fs to finish", signal.Signals(signum).name,
+                          self.settings.grace_period)
+            self.ctx.stopping.set()
+            self.ctx.wake.set()
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+
+    def _drain(self) -> None:
+        """Let running tasks finish within the grace period, then stop the rest: they are
+        reported unexecutable (worker_lost), never as application failures."""
+        self.ctx.stopping.set()
+        deadline = time.monotonic() + self.settings.grace_period
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in self.threads):
+            self.ctx.halt_now()
+        for thread in self.threads:
+            thread.join()
+        self.log.info("stopped")

@@ -1,0 +1,141 @@
+"""The worker's only line to the server: HTTP calls, their refusals, and back-off on faults.
+
+The worker is a third-party agent like any other: it imports nothing of the server.
+"""
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+
+class ServerUnreachable(Exception):
+    """No answer, or a 5xx/429: the call may be repeated."""
+
+
+class Refused(Exception):
+    """A 4xx the worker cannot fix by repeating the call."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        super().__init__(f"{status} {problem.get('type', '')}: {problem.get('detail', '')}")
+        self.status = status
+        self.problem = problem
+
+    @property
+    def type(self) -> str:
+        return str(self.problem.get("type", ""))
+
+
+class Stale(Refused):
+    """The server says should_terminate: this attempt (or this execution) is no longer live."""
+
+
+class GaveUp(Exception):
+    """A repeated call was abandoned because the caller asked to stop."""
+
+
+class Backoff:
+    """Exponential delays with equal jitter, from `base` up to `cap` seconds."""
+
+    def __init__(self, base: float = 0.5, cap: float = 30.0) -> None:
+        self.base, self.cap, self.failures = base, cap, 0
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap, self.base * 2 ** self.failures)
+        self.failures += 1
+        return ceiling * random.uniform(0.5, 1.0)
+
+
+def retrying(call: Callable[[], T], *, what: str, stop: threading.Event | None = None,
+             give_up: Callable[[], bool] = lambda: False, log: Callable[[str], None] = lambda _: None) -> T:
+    """`call()` until it answers or is refused; network faults are retried with back-off.
+    GaveUp when `give_up()` turns true (checked between tries), or when `stop` is set."""
+    backoff = Backoff()
+    while True:
+        try:
+            return call()
+        except ServerUnreachable as exc:
+            delay = backoff.next_delay()
+            if backoff.failures == 1 or backoff.failures % 10 == 0:
+                log(f"{what}: server unreachable ({exc}); retrying with back-off")
+        if give_up():
+            raise GaveUp(what)
+        if stop is not None:
+            if stop.wait(delay):
+                raise GaveUp(what)
+        else:
+            time.sleep(delay)
+
+
+def _problem(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        body = resp.json()
+    except ValueError:
+        return {"type": "unknown", "detail": resp.text[:200]}
+    return body if isinstance(body, dict) else {"type": "unknown", "detail": str(body)[:200]}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+class Api:
+    """The endpoints the worker calls. One client, shared by every task thread."""
+
+    def __init__(self, server: str, timeout: float = 15.0) -> None:
+        self.server = server.rstrip("/")
+        self.http = httpx.Client(base_url=self.server, timeout=httpx.Timeout(timeout, connect=5.0))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def call(self, method: str, path: str, *, token: str | None = None, json: Any = None,
+             headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        """One request; answers (status, body) for a 2xx, else raises."""
+        all_headers = {**(bearer(token) if token else {}), **(headers or {})}
+        try:
+            resp = self.http.request(method, path, json=json, headers=all_headers)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise ServerUnreachable(f"HTTP {resp.status_code}")
+        if resp.is_success:
+            return resp.status_code, resp.json() if resp.content else None
+        problem = _problem(resp)
+        raise (Stale if problem.get("should_terminate") else Refused)(resp.status_code, problem)
+
+    # operator calls ---------------------------------------------------------------------
+
+    def login(self, username: str, password: str) -> str:
+        return self.call("POST", "/auth/token", json={"username": username, "password": password})[1]["access_token"]
+
+    def admit(self, operator_token: str, seat: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+        return self.call("POST", f"/v1/seats/{seat}/executions", token=operator_token, json=body,
+                         headers={"Idempotency-Key": idempotency_key})[1]
+
+    # worker and agent calls ----------------------------------------------------------------
+
+    def claim(self, worker_token: str, limit: int) -> list[dict[str, Any]]:
+        return self.call("POST", "/v1/dispatch/claim", token=worker_token, json={"limit": limit})[1]["items"]
+
+    def report(self, attempt_token: str, state: str, reason: str | None = None) -> dict[str, Any]:
+        body = {"state": state, **({"reason": reason} if reason else {})}
+        return self.call("POST", "/v1/attempts/report", token=attempt_token, json=body)[1]
+
+    def heartbeat(self, attempt_token: str) -> None:
+        self.call("POST", "/v1/attempts/heartbeat", token=attempt_token)
+
+    def release(self, attempt_token: str) -> None:
+        self.call("POST", "/v1/attempts/release", token=attempt_token)
+
+    def renew(self, attempt_token: str) -> str:
+        return self.call("POST", "/v1/auth/renew", token=attempt_token)[1]["attempt_token"]
+
+    def append_log(self, attempt_token: str, offset: int, content: str) -> int:
+        return self.call("POST", "/v1/attempts/logs", token=attempt_token,
+                         json={"offset": offset, "content": content})[1]["size"]

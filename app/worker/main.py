@@ -1,0 +1,28 @@
+"""Entry point of `fenceline worker`: settings, logging, the worker's exit status."""
+
+import argparse
+import logging
+import sys
+
+from app.worker.agent import EXIT_ERROR, Worker
+from app.worker.settings import from_args
+from app.worker.state import StateDirBusy
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    try:
+        settings = from_args(args)
+    except (ValueError, OSError) as exc:
+        print(f"fenceline worker: {exc}", file=sys.stderr)
+        return 2
+    log = logging.getLogger(f"fenceline.worker.{settings.seat}")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"%(asctime)s worker {settings.seat} %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        return Worker(settings, log).run()
+    except StateDirBusy as exc:
+        log.error("%s", exc)
+        return EXIT_ERROR

@@ -1,0 +1,150 @@
+"""A task's command as a process: its own process group, the correlation bag in its
+environment, how it is stopped, and what its end means."""
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+# Signals a program raises on itself when it crashes: an application failure that spends a
+# try, not a fault of the machine (re-placing a segfaulting task would only repeat it).
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT,
+                           signal.SIGSYS, signal.SIGTRAP})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the worker reports for one attempt, and a line saying why, for the log."""
+
+    state: str  # success | failed | unexecutable
+    reason: str | None
+    why: str
+
+
+def classify(returncode: int, stopped_for: str | None) -> Outcome:
+    """The outcome of a command that ended with `returncode` (negative: killed by that signal).
+    `stopped_for` is why the worker itself stopped it (deadline, shutdown), if it did.
+
+    Exit 0 is success and any other exit status an application failure. A signal the worker
+    sent maps to its cause. A signal it did not send: SIGKILL is taken as the kernel's OOM
+    killer (nothing else on a worker host sends it unannounced), a crash signal (SIGSEGV,
+    SIGABRT, …) is the program's own failure, SIGXCPU a CPU limit (deadline_exceeded), and any
+    other (SIGTERM, SIGINT, SIGHUP, …) a termination from outside: evicted.
+    """
+    if stopped_for == "deadline":
+        return Outcome("unexecutable", "deadline_exceeded", "stopped by the worker: timeout_seconds exceeded")
+    if stopped_for == "shutdown":
+        return Outcome("unexecutable", "worker_lost", "stopped by the worker: it shut down before the task ended")
+    if returncode == 0:
+        return Outcome("success", None, "exited with status 0")
+    if returncode > 0:
+        return Outcome("failed", None, f"exited with status {returncode}")
+    sig = signal.Signals(-returncode) if -returncode in signal.valid_signals() else None
+    name = sig.name if sig else f"signal {-returncode}"
+    if sig == signal.SIGKILL:
+        return Outcome("unexecutable", "oom_killed",
+                       f"killed by {name}, not sent by the worker: taken as the OOM killer")
+    if sig in CRASH_SIGNALS:
+        return Outcome("failed", None, f"crashed with {name}")
+    if sig == signal.SIGXCPU:
+        return Outcome("unexecutable", "deadline_exceeded", f"killed by {name}: its CPU time limit")
+    return Outcome("unexecutable", "evicted", f"killed by {name}, not sent by the worker: taken as an eviction")
+
+
+# The correlation bag, as user code sees it (so it can fence its own external writes).
+CORRELATION_ENV = {
+    "ti_id": "FENCELINE_TI_ID", "dag_id": "FENCELINE_DAG_ID", "run_id": "FENCELINE_RUN_ID",
+    "task_id": "FENCELINE_TASK_ID", "map_index": "FENCELINE_MAP_INDEX", "try_number": "FENCELINE_TRY_NUMBER",
+    "attempt_epoch": "FENCELINE_ATTEMPT_EPOCH", "tenant_id": "FENCELINE_TENANT_ID", "trace_id": "FENCELINE_TRACE_ID",
+}
+
+
+def task_env(payload: dict[str, Any], correlation: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
+    """The worker's environment without its own secrets, the correlation bag, then the
+    payload's env (which wins, except over the bag: user code must not be lied to)."""
+    env = {k: v for k, v in base.items() if k not in ("FENCELINE_ADMIN_PASSWORD",)}
+    env["PYTHONUNBUFFERED"] = "1"  # log lines arrive as they are printed, not when a buffer fills
+    env.update(payload.get("env") or {})
+    for field, name in CORRELATION_ENV.items():
+        value = correlation.get(field)
+        env[name] = "" if value is None else str(value)
+    return env
+
+
+def command_of(payload: dict[str, Any]) -> list[str]:
+    return [*(payload.get("command") or []), *(payload.get("args") or [])]
+
+
+# Looked up once in the worker: the child, between fork and exec, must not load libraries.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child, before exec: SIGKILL it when the worker dies, so that a killed worker
+    leaves no task running unwatched (Linux; elsewhere a restart's orphan sweep does it)."""
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the worker died before the request took effect
+        os._exit(1)
+
+
+def spawn(argv: list[str], env: dict[str, str], spool: Path) -> subprocess.Popen:
+    """Start the command in a new session (its own process group), stdout and stderr
+    appended to the spool file, which survives the worker."""
+    parent = os.getpid()
+    with spool.open("ab") as out:
+        return subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=(lambda: _die_with_parent(parent)) if _PRCTL is not None else None,
+        )
+
+
+def exited(proc: subprocess.Popen) -> bool:
+    """Whether the command has ended, without reaping it where the OS allows: an unreaped
+    leader keeps its process group's ID reserved until the group has been cleaned up."""
+    if hasattr(os, "waitid"):
+        try:
+            return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+    return proc.poll() is not None
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to the process group; False if the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    return signal_group(pgid, 0)
+
+
+def kill_orphans(pgid: int, markers: list[str]) -> int:
+    """SIGKILL what is left of a previous worker's task: members of process group `pgid` whose
+    environment still carries every one of `markers` (e.g. FENCELINE_TI_ID=…), so that a
+    recycled group ID never hits a stranger. Linux only (reads /proc); answers how many."""
+    killed = 0
+    needles = [b"\0" + m.encode() + b"\0" for m in markers]
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            environ = b"\0" + (entry / "environ").read_bytes() + b"\0"
+            if not all(n in environ for n in needles):
+                continue
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed += 1
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return killed

@@ -1,0 +1,212 @@
+"""One claimed attempt, from `running` to its acknowledged outcome."""
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from app.worker.api import GaveUp, Refused, ServerUnreachable, Stale, retrying
+from app.worker.context import Context
+from app.worker.deliver import deliver
+from app.worker.logship import LogShipper
+from app.worker.process import Outcome, classify, command_of, exited, signal_group, spawn, task_env
+from app.worker.state import attempt_key
+
+TICK = 0.2  # how often a running task is looked at: log shipping latency, stop latency
+KILL_AFTER = 3.0  # seconds between SIGTERM and SIGKILL when the worker stops a task
+
+
+class Lost(Exception):
+    """The attempt is no longer this worker's (stale-report, or its credential was refused)."""
+
+
+def renew_delay(token: str) -> float:
+    """Half the token's lifetime (exp - iat), read without verifying: only the server verifies."""
+    try:
+        body = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        return max(1.0, (claims["exp"] - claims["iat"]) / 2)
+    except (IndexError, ValueError, KeyError, TypeError):
+        return 60.0
+
+
+def append_line(spool: Path, line: str) -> None:
+    """Add the worker's own line to the attempt's log, on a line of its own."""
+    with spool.open("a+b") as out:
+        size = out.seek(0, os.SEEK_END)
+        unterminated = size > 0 and os.pread(out.fileno(), 1, size - 1) != b"\n"
+        out.write(b"\n" * unterminated + line.encode() + b"\n")
+
+
+def describe(c: dict[str, Any]) -> str:
+    mapped = f"[{c['map_index']}]" if c["map_index"] >= 0 else ""
+    return f"{c['dag_id']}/{c['run_id']}/{c['task_id']}{mapped} try {c['try_number']} epoch {c['attempt_epoch']}"
+
+
+class TaskRunner:
+    def __init__(self, ctx: Context, item: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.correlation: dict[str, Any] = item["correlation"]
+        self.payload: dict[str, Any] = item["payload"]
+        self.key = attempt_key(self.correlation)
+        self.name = describe(self.correlation)
+        self.token: str = item["attempt_token"]
+        self.renew_at = time.monotonic() + renew_delay(self.token)
+        self.record: dict[str, Any] = {"correlation": self.correlation, "payload": self.payload,
+                                       "attempt_token": self.token, "pgid": None}
+        self.unreachable = False  # set during an outage, so it is logged once
+        self.shipping = True
+        self.shipper = LogShipper(ctx.api, ctx.state.spool(self.key), lambda: self.token,
+                                  log=lambda m: ctx.log.warning("%s: %s", self.name, m))
+
+    def run(self) -> None:
+        self.ctx.state.save_attempt(self.key, self.record)
+        try:
+            self._run()
+        except GaveUp:
+            pass  # the outcome stays journaled for the next start
+        except Exception:  # one task's bug must not take the worker down
+            self.ctx.log.exception("%s: worker error", self.name)
+
+    def _run(self) -> None:
+        argv = command_of(self.payload)
+        if not argv:
+            # An image payload is for a Kubernetes launcher; this worker cannot place it.
+            self._finish(Outcome("unexecutable", "dispatch_failed", "the payload has no command to run"))
+            return
+        if not self._report_running():
+            return
+        env = task_env(self.payload, self.correlation, dict(os.environ))
+        try:
+            proc = spawn(argv, env, self.ctx.state.spool(self.key))
+        except OSError as exc:  # the user's command cannot be started: its own failure
+            self._finish(Outcome("failed", None, f"cannot start {argv[0]!r}: {exc.strerror or exc}"))
+            return
+        self.record["pgid"] = proc.pid
+        self.ctx.state.save_attempt(self.key, self.record)
+        self.ctx.log.info("%s: started %s (pid %d)", self.name, argv[0], proc.pid)
+        try:
+            stopped_for = self._supervise(proc)
+        except Lost as exc:
+            self.ctx.log.warning("%s: %s — killed its process group, reporting nothing", self.name, exc)
+            self.ctx.state.forget_attempt(self.key)
+            return
+        finally:
+            # The leader is not reaped yet, so its group ID cannot have been recycled: whatever
+            # the task left behind in its group goes with it.
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        self._finish(classify(proc.returncode, stopped_for))
+
+    def _report_running(self) -> bool:
+        """`running` acknowledged before user code starts (a non-idempotent task relies on
+        it). A claim the worker will not start after all is handed back, spending nothing."""
+        try:
+            if self.ctx.stopping.is_set():
+                raise GaveUp("stopping")
+            retrying(lambda: self.ctx.api.report(self.token, "running"), what=f"{self.name}: running",
+                     give_up=self.ctx.stopping.is_set, log=self.ctx.log.info)
+            return True
+        except GaveUp:
+            try:
+                self.ctx.api.release(self.token)
+                self.ctx.log.info("%s: handed back unstarted (worker stopping)", self.name)
+            except (Refused, ServerUnreachable) as exc:
+                self.ctx.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
+        except Refused as exc:
+            self.ctx.log.warning("%s: running refused (%s); not started", self.name, exc)
+        self.ctx.state.forget_attempt(self.key)
+        return False
+
+    def _supervise(self, proc: subprocess.Popen) -> str | None:
+        """Watch the command until it ends; answers why the worker stopped it, if it did.
+        Raises Lost (after a SIGKILL of the group) when the server says should_terminate."""
+        hb = self.ctx.settings.heartbeat_interval
+        timeout = self.payload.get("timeout_seconds")
+        started = time.monotonic()
+        next_beat, stopped_for, signalled_at = started + hb, None, None
+        while True:
+            if exited(proc):
+                return stopped_for
+            time.sleep(TICK)
+            now = time.monotonic()
+            try:
+                if self.shipping and self.shipper.pending():
+                    self._talk("log", self._ship)
+                if now >= next_beat:
+                    next_beat = now + (hb if self._talk("heartbeat", lambda: self.ctx.api.heartbeat(self.token))
+                                       else min(hb, 1.0))
+                if now >= self.renew_at:
+                    self._talk("renew", self._renew)
+            except Lost:
+                signal_group(proc.pid, signal.SIGKILL)  # at once: a newer attempt owns this work
+                raise
+            if stopped_for is None:
+                if timeout and now - started >= timeout:
+                    stopped_for = "deadline"
+                elif self.ctx.halt.is_set():
+                    stopped_for = "shutdown"
+                if stopped_for:
+                    self.ctx.log.info("%s: stopping it (%s)", self.name, stopped_for)
+                    signal_group(proc.pid, signal.SIGTERM)
+                    signalled_at = now
+            elif signalled_at is not None and now - signalled_at >= KILL_AFTER:
+                signal_group(proc.pid, signal.SIGKILL)
+                signalled_at = None
+
+    def _talk(self, what: str, call: Any) -> bool:
+        """One agent write while the task runs; False if the server could not be reached
+        (tried again on a later tick). Raises Lost on should_terminate or a refused credential."""
+        try:
+            call()
+            if self.unreachable:
+                self.unreachable = False
+                self.ctx.log.info("%s: server reachable again", self.name)
+            return True
+        except Stale as exc:
+            raise Lost(f"{what} answered {exc.type} (should_terminate)") from exc
+        except Refused as exc:
+            if exc.status == 401:
+                raise Lost(f"{what}: attempt token refused ({exc})") from exc
+            self.ctx.log.warning("%s: %s refused: %s", self.name, what, exc)
+        except ServerUnreachable as exc:
+            if not self.unreachable:  # once per outage, not once per tick
+                self.unreachable = True
+                self.ctx.log.warning("%s: %s: server unreachable (%s); the task runs on, its log "
+                                     "waits on disk", self.name, what, exc)
+        return False
+
+    def _ship(self) -> None:
+        try:
+            self.shipper.ship_once()
+        except Refused as exc:
+            if isinstance(exc, Stale) or exc.status == 401:
+                raise
+            # Say so once, not on every tick (a 413 past the per-attempt limit stays a 413).
+            self.shipping = False
+            self.ctx.log.warning("%s: log append refused (%s); the rest of this attempt's log is not shipped",
+                                 self.name, exc)
+
+    def _renew(self) -> None:
+        self.token = self.ctx.api.renew(self.token)
+        self.renew_at = time.monotonic() + renew_delay(self.token)
+        self.record["attempt_token"] = self.token
+        self.ctx.state.save_attempt(self.key, self.record)
+
+    def _finish(self, outcome: Outcome) -> None:
+        """Journal the outcome (durably, before anything is sent), then deliver it."""
+        suffix = f" ({outcome.reason})" if outcome.reason else ""
+        append_line(self.ctx.state.spool(self.key),
+                    f"[fenceline-worker] {outcome.why}: reporting {outcome.state}{suffix}")
+        entry = {"name": self.name, "correlation": self.correlation, "attempt_token": self.token,
+                 "state": outcome.state, "reason": outcome.reason, "why": outcome.why,
+                 "file_pos": self.shipper.file_pos, "server_size": self.shipper.server_size}
+        self.ctx.state.journal(self.key, entry)
+        if self.ctx.crash_after_journal:
+            self.ctx.log.warning("%s: test hook: dying after journaling %s", self.name, outcome.state)
+            os.kill(os.getpid(), signal.SIGKILL)
+        deliver(self.ctx, self.key, entry)

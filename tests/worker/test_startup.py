@@ -1,0 +1,32 @@
+"""Start-up refusals: each stops the worker with a status and a message that says why."""
+
+from tests.conftest import ADMIN_PASSWORD
+from tests.worker.conftest import Api, wait_until
+
+
+class TestStartup:
+    def test_wrong_operator_credentials(self, serve, workers):
+        server = serve()
+        worker = workers(server, "etl-a", extra_env={"FENCELINE_ADMIN_PASSWORD": "wrong-" + ADMIN_PASSWORD})
+        assert worker.proc.wait(timeout=30) == 1
+        assert "operator login as 'admin' refused (401)" in worker.output
+
+    def test_one_worker_per_state_directory(self, serve, workers):
+        server = serve()
+        api = Api(server)
+        first = workers(server, "etl-a")
+        wait_until(lambda: api.http.get("/v1/seats/etl-a").status_code == 200, "the first admission")
+        second = workers(server, "etl-a")
+        assert second.proc.wait(timeout=30) == 1
+        assert "another worker is using" in second.output
+        assert first.stop() == 0
+
+    def test_a_seat_held_by_another_state_directory(self, serve, workers):
+        server = serve()
+        api = Api(server)
+        first = workers(server, "etl-a")
+        wait_until(lambda: api.http.get("/v1/seats/etl-a").status_code == 200, "the first admission")
+        intruder = workers(server, "etl-a", state="elsewhere")
+        assert intruder.proc.wait(timeout=30) == 3
+        assert f"seat 'etl-a' is held by execution {api.execution_of('etl-a')}" in intruder.output
+        assert first.stop() == 0
