@@ -22,6 +22,7 @@ from app.logs.router import router as logs_router
 from app.logs.store import FileLogStore
 from app.orchestration.router import router as orchestration_router
 from app.operations import router as operations_router
+from app.ui.router import router as ui_router
 
 log = logging.getLogger("fenceline")
 
@@ -61,6 +62,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.log_store = FileLogStore(settings.resolved_log_dir)
     install_error_handlers(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, execution_router,
-                   logs_router, admin_router, airflow_v2_router, airflow_v1_router):
+                   logs_router, admin_router, ui_router, airflow_v2_router, airflow_v1_router):
         app.include_router(router)
     return app

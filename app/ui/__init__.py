@@ -1,0 +1,1 @@
+"""The operator dashboard: server-rendered pages under /ui."""

@@ -1,0 +1,168 @@
+"""The operator dashboard (/ui): server-rendered pages over the same service reads as the API.
+
+Every page but the login form and the stylesheet needs the operator cookie (app/ui/access.py).
+Templates autoescape everything; pages refresh themselves while something is still running.
+"""
+
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import FileResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, FileSystemLoader
+
+from app.auth.deps import installation
+from app.auth.router import operator_token
+from app.db import SessionDep
+from app.logs import service as logs
+from app.logs.router import StoreDep
+from app.orchestration import states as s
+from app.ui import access, views
+from app.ui.access import UiOperatorDep
+
+HERE = Path(__file__).parent
+REFRESH_SECONDS = 5
+
+
+def _ts(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+
+
+def _duration(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return ""
+    seconds = max(0.0, (end - start).total_seconds())
+    return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}min"
+
+
+def _segment(value: Any) -> str:
+    """One URL path segment, with '/' and everything else reserved percent-encoded."""
+    return quote(str(value), safe="")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
+env.filters.update(ts=_ts, seg=_segment, size=_size, short=lambda v: str(v)[:8] if v else "—")
+env.globals.update(duration=_duration, is_system_line=views.is_system_line, FINISHED=s.FINISHED,
+                   IN_FLIGHT=s.IN_FLIGHT, tail_kib=views.LOG_TAIL_BYTES // 1024)
+templates = Jinja2Templates(env=env)
+
+
+def page(request: Request, name: str, status_code: int = 200, refresh: bool = False, **context: Any) -> Response:
+    context.setdefault("operator", access.operator_from_cookie(request))
+    return templates.TemplateResponse(request, name, {"refresh": REFRESH_SECONDS if refresh else None, **context},
+                                      status_code=status_code)
+
+
+def error_page(request: Request, status: int, title: str, detail: str) -> Response:
+    return page(request, "error.html", status_code=status, title=title, detail=detail)
+
+
+router = APIRouter(prefix="/ui", include_in_schema=False, route_class=access.ui_route(error_page))
+
+
+@router.get("")
+@router.get("/")
+def home() -> RedirectResponse:
+    return RedirectResponse(access.HOME_PATH, status_code=303)
+
+
+@router.get("/static/ui.css")
+def stylesheet() -> FileResponse:
+    return FileResponse(HERE / "static" / "ui.css", media_type="text/css", headers={"Cache-Control": "max-age=300"})
+
+
+# --- login ----------------------------------------------------------------------------------
+
+@router.get("/login")
+def login_form(request: Request, next: str | None = None) -> Response:
+    if access.operator_from_cookie(request) is not None:
+        return RedirectResponse(access.safe_next(next), status_code=303)
+    return page(request, "login.html", next=access.safe_next(next), error=None, username="")
+
+
+@router.post("/login", dependencies=[Depends(access.same_origin)])
+def login(request: Request, username: Annotated[str, Form()] = "", password: Annotated[str, Form()] = "",
+          next: Annotated[str, Form()] = "") -> Response:
+    """Check the operator's credentials as POST /auth/token does; set the session cookie."""
+    if not installation(request).operator.check(username, password):
+        return page(request, "login.html", status_code=400, operator=None, next=access.safe_next(next),
+                    error="Invalid username or password.", username=username)
+    response = RedirectResponse(access.safe_next(next), status_code=303)
+    access.set_session_cookie(response, request, operator_token(request, username))
+    return response
+
+
+@router.post("/logout", dependencies=[Depends(access.same_origin)])
+def logout() -> Response:
+    """Drop the cookie. The token itself stays valid until it expires (tokens are stateless)."""
+    response = RedirectResponse(access.LOGIN_PATH, status_code=303)
+    access.clear_session_cookie(response)
+    return response
+
+
+# --- pages ----------------------------------------------------------------------------------
+
+@router.get("/runs")
+def runs_list(request: Request, session: SessionDep, operator: UiOperatorDep, dag_id: str | None = None,
+              offset: Annotated[int, Query(ge=0)] = 0) -> Response:
+    rows, total = views.run_rows(session=session, offset=offset, dag_id=dag_id)
+    return page(request, "runs.html", operator=operator, refresh=any(r.run.state == "running" for r in rows),
+                rows=rows, total=total, offset=offset, per_page=views.RUNS_PER_PAGE, dag_id=dag_id)
+
+
+# run_id as a path parameter: a decoded %2F must still reach the route (dag_id is an Ident).
+@router.get("/runs/{dag_id}/{run_id:path}")
+def run_detail(request: Request, dag_id: str, run_id: str, session: SessionDep, operator: UiOperatorDep) -> Response:
+    run, tis = views.run_page(session=session, dag_id=dag_id, run_id=run_id)
+    counts = {state: sum(1 for ti in tis if ti.state == state) for state in s.ALL}
+    return page(request, "run.html", operator=operator, refresh=run.state == "running", run=run, tis=tis,
+                counts={k: v for k, v in counts.items() if v})
+
+
+@router.get("/task-instances/{ti_id}")
+def task_instance(request: Request, ti_id: uuid.UUID, session: SessionDep, operator: UiOperatorDep) -> Response:
+    ti, tries = views.task_instance_page(session=session, ti_id=ti_id)
+    return page(request, "task_instance.html", operator=operator, refresh=ti.state not in s.FINISHED,
+                ti=ti, tries=tries)
+
+
+@router.get("/task-instances/{ti_id}/tries/{try_number}/log")
+def try_log(request: Request, ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
+            operator: UiOperatorDep) -> Response:
+    view = views.log_page(session=session, store=store, ti_id=ti_id, try_number=try_number)
+    return page(request, "log.html", operator=operator, refresh=not view.log.finished, view=view, ti=view.ti)
+
+
+@router.get("/task-instances/{ti_id}/tries/{try_number}/log.txt")
+def try_log_text(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
+                 _: UiOperatorDep) -> StreamingResponse:
+    """The whole log as GET /v1/…/log serves it (streamed), for a cookie-authenticated operator."""
+    log = logs.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
+    return StreamingResponse(logs.read(store, log), media_type="text/plain; charset=utf-8")
+
+
+@router.get("/seats")
+def seats(request: Request, session: SessionDep, operator: UiOperatorDep) -> Response:
+    occupants = views.occupants_page(session=session)
+    live = any(e.observation is None or not e.observation.terminal for e in occupants)
+    return page(request, "seats.html", operator=operator, refresh=live, occupants=occupants)
+
+
+@router.get("/seats/{seat}")
+def seat(request: Request, seat: str, session: SessionDep, operator: UiOperatorDep) -> Response:
+    executions = views.seat_page(session=session, seat=seat)
+    latest = executions[0]
+    live = latest.observation is None or not latest.observation.terminal
+    return page(request, "seat.html", operator=operator, refresh=live, seat=seat, executions=executions)

@@ -1,0 +1,142 @@
+"""What the dashboard's pages show, assembled from the domain services' own reads.
+
+Nothing here queries the database itself: each view calls the service functions the JSON API
+calls, and only arranges their answers for a page.
+"""
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from sqlmodel import Session
+
+from app.errors import AppError
+from app.execution.attempts import list_attempts
+from app.execution.models import TaskAttempt
+from app.identity import service as identity
+from app.identity.router import execution_public
+from app.identity.schemas import ExecutionPublic
+from app.logs import service as logs
+from app.logs.store import LogStore
+from app.orchestration import runs, states as s
+from app.orchestration.models import DagRun, TaskInstance
+
+RUNS_PER_PAGE = 50
+LOG_TAIL_BYTES = 64 * 1024
+
+OUTCOME_TEXT = {
+    "success": "succeeded",
+    "app": "application failure (spends the try)",
+    "infra": "infrastructure fault (re-placed, same try)",
+    "rescheduled": "rescheduled (sensor deferral, same try)",
+}
+
+
+@dataclass
+class RunRow:
+    run: DagRun
+    states: Counter[str]
+
+
+def run_rows(*, session: Session, offset: int, dag_id: str | None) -> tuple[list[RunRow], int]:
+    found, total = runs.list_runs(session=session, limit=RUNS_PER_PAGE, offset=offset, dag_id=dag_id)
+    rows = [RunRow(r, Counter(ti.state for ti in runs.run_task_instances(session=session, dag_run_id=r.id)))
+            for r in found]
+    return rows, total
+
+
+def run_page(*, session: Session, dag_id: str, run_id: str) -> tuple[DagRun, list[TaskInstance]]:
+    run = runs.get_run(session=session, dag_id=dag_id, run_id=run_id)
+    return run, runs.run_task_instances(session=session, dag_run_id=run.id)
+
+
+@dataclass
+class Epoch:
+    attempt: TaskAttempt
+    execution: ExecutionPublic | None
+    current: bool  # the task instance's live attempt
+
+    @property
+    def ended_why(self) -> str:
+        a = self.attempt
+        if a.outcome_kind is not None:
+            text = OUTCOME_TEXT.get(a.outcome_kind, a.outcome_kind)
+            return f"{text}: {a.reason}" if a.reason else text
+        if a.state == "released":
+            return "handed back before user code started (no budget spent)"
+        if self.current:
+            return "in flight"
+        return "superseded without an outcome (cleared, marked or requeued)"
+
+
+@dataclass
+class Try:
+    number: int
+    epochs: list[Epoch] = field(default_factory=list)
+
+    @property
+    def infra_faults(self) -> int:
+        return sum(1 for e in self.epochs if e.attempt.outcome_kind == "infra")
+
+
+def _executions(session: Session, ids: set[uuid.UUID]) -> dict[uuid.UUID, ExecutionPublic]:
+    found = {}
+    for execution_id in ids:
+        try:
+            found[execution_id] = execution_public(identity.get_execution(session=session, execution_id=execution_id))
+        except AppError:
+            pass  # history outlived it (e.g. a partial restore): shown by ID alone
+    return found
+
+
+def task_instance_page(*, session: Session, ti_id: uuid.UUID) -> tuple[TaskInstance, list[Try]]:
+    """The task instance and every try it has had, each with its epochs in order."""
+    ti = runs.get_task_instance(session=session, ti_id=ti_id)
+    attempts = list_attempts(session=session, ti_id=ti_id)
+    executions = _executions(session, {a.execution_id for a in attempts if a.execution_id is not None})
+    tries = {n: Try(n) for n in range(1, ti.try_number + 1)}
+    for a in attempts:
+        current = (a.try_number, a.attempt_epoch) == (ti.try_number, ti.attempt_epoch) and ti.state in s.IN_FLIGHT
+        tries.setdefault(a.try_number, Try(a.try_number)).epochs.append(
+            Epoch(a, executions.get(a.execution_id) if a.execution_id else None, current))
+    return ti, [tries[n] for n in sorted(tries)]
+
+
+@dataclass
+class LogView:
+    ti: TaskInstance
+    try_number: int
+    log: logs.TryLog
+    start: int  # the first byte shown
+    lines: list[str]
+
+    @property
+    def headers(self) -> list[str]:
+        return [seg.header.decode(errors="replace").rstrip("\n") for seg in self.log.segments]
+
+
+def log_page(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: int) -> LogView:
+    """The last LOG_TAIL_BYTES of a try's log, cut at a line start; only that tail is read."""
+    ti = runs.get_task_instance(session=session, ti_id=ti_id)
+    log = logs.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
+    start = max(0, log.size - LOG_TAIL_BYTES)
+    data = b"".join(logs.read(store, log, start))
+    if start and (newline := data.find(b"\n")) >= 0:  # drop the partial first line
+        start, data = start + newline + 1, data[newline + 1:]
+    return LogView(ti, try_number, log, start, data.decode(errors="replace").splitlines())
+
+
+def is_system_line(line: str) -> bool:
+    return line.startswith(logs.SYSTEM_PREFIX)
+
+
+def seat_page(*, session: Session, seat: str) -> list[ExecutionPublic]:
+    """Every execution of `seat`, newest generation first; 404 for a seat never admitted."""
+    executions = identity.seat_executions(session=session, seat=seat)
+    if not executions:
+        raise AppError(404, "seat-not-found", "Seat not found", f"No execution was ever admitted for seat {seat!r}.")
+    return [execution_public(e) for e in reversed(executions)]
+
+
+def occupants_page(*, session: Session) -> list[ExecutionPublic]:
+    return [execution_public(e) for e in identity.occupants(session=session)]

@@ -1,0 +1,79 @@
+"""Whatever a caller stored, the dashboard shows it as text: nothing it stored runs as markup."""
+
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine
+
+from app.db import metadata
+from tests.factories import admit
+from tests.flows import append_log, claim_one, create_run, task, worker
+from tests.ui.pages import texts, ui_login
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>\'"&'
+ESCAPED = "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&#39;&#34;&amp;"
+
+
+def _assert_inert(html: str) -> None:
+    assert "<script>" not in html and "<img" not in html and "onerror=alert(1)>" not in html
+
+
+def _restore_with_hostile_ids(client, operator, engine: Engine) -> str:
+    """The API refuses such ids, but a snapshot restore takes rows as they were exported: put
+    a hostile task_id and run_id in through it. Answers the task instance's id."""
+    create_run(client, operator, dag_id="etl", run_id="r1", tasks=[task("t")])
+    document = client.get("/v1/admin/snapshot", headers=operator).json()
+    for row in document["tables"]["task_instances"]:
+        row["task_id"], row["run_id"], row["upstream_task_ids"] = HOSTILE, HOSTILE, [HOSTILE]
+    for row in document["tables"]["dag_runs"]:
+        row["run_id"], row["tenant_id"] = HOSTILE, HOSTILE
+    with engine.begin() as conn:
+        for table in reversed(metadata.sorted_tables):
+            if table.name in document["tables"]:
+                conn.execute(table.delete())
+    resp = client.post("/v1/admin/snapshot", json=document, headers=operator)
+    assert resp.status_code == 201, resp.text
+    return document["tables"]["task_instances"][0]["id"]
+
+
+class TestEscaping:
+    def test_a_hostile_task_id_and_run_id_are_shown_as_text(self, client, operator, engine):
+        ti_id = _restore_with_hostile_ids(client, operator, engine)
+        ui_login(client)
+        for path in ("/ui/runs", f"/ui/task-instances/{ti_id}"):
+            html = client.get(path).text
+            _assert_inert(html)
+            assert ESCAPED in html, path
+        html = client.get("/ui/runs").text
+        assert texts(html, "run-link") == [HOSTILE]
+        link = html.split('class="run-link" href="')[1].split('"')[0]
+        assert "<" not in link and "/" not in link.removeprefix("/ui/runs/etl/")  # one encoded path segment
+        run_page = client.get(link)
+        assert run_page.status_code == 200 and texts(run_page.text, "ti-link") == [HOSTILE]
+        _assert_inert(run_page.text)
+        ti_page = client.get(f"/ui/task-instances/{ti_id}").text
+        assert texts(ti_page, "task-id") == [HOSTILE]
+        assert "/taskInstances/%3Cscript%3Ealert%28%22x%22%29%3C%2Fscript%3E" in texts(ti_page, "airflow-url")[0]
+
+    def test_hostile_seat_records_and_observations_are_shown_as_text(self, client, operator):
+        execution = admit(client, operator, "etl-worker-1", swarm=HOSTILE, role=HOSTILE, labels={HOSTILE: HOSTILE})
+        observation = {"phase": HOSTILE[:64], "reason": HOSTILE, "observed_at": datetime.now(UTC).isoformat()}
+        resp = client.patch(f"/v1/executions/{execution['execution_id']}", json={"observation": observation},
+                            headers=operator)
+        assert resp.status_code == 200, resp.text
+        ui_login(client)
+        for path in ("/ui/seats", "/ui/seats/etl-worker-1"):
+            html = client.get(path).text
+            _assert_inert(html)
+            assert html.count(ESCAPED) >= 4, path  # swarm, role, the label's key and value, the reason
+            assert texts(html, "label") == [f"{HOSTILE}={HOSTILE}"]
+
+    def test_hostile_log_lines_are_shown_as_text(self, client, operator):
+        create_run(client, operator)
+        _, attempt = claim_one(client, worker(client, operator))
+        append_log(client, attempt, 0, f"{HOSTILE}\n::fenceline:: </pre><b>fake</b>\n")
+        ti_id = client.get("/v1/runs/dag/run", headers=operator).json()["task_instances"][0]["ti_id"]
+        ui_login(client)
+        html = client.get(f"/ui/task-instances/{ti_id}/tries/1/log").text
+        _assert_inert(html)
+        assert "</pre><b>" not in html and ESCAPED in html
+        assert texts(html, "line")[1] == HOSTILE
