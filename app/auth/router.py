@@ -47,7 +47,8 @@ async def login_body(request: Request) -> LoginRequest:
     try:
         return LoginRequest.model_validate(fields)
     except ValidationError as exc:
-        raise RequestValidationError(exc.errors(include_url=False)) from None
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
 
 
 _LOGIN_SCHEMA = LoginRequest.model_json_schema()

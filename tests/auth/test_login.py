@@ -33,7 +33,13 @@ class TestLogin:
     def test_a_missing_field_is_422_naming_it(self, client):
         resp = client.post("/auth/token", json={"username": "admin"})
         assert resp.status_code == 422
-        assert "password" in resp.json()["detail"]
+        assert "body.password" in resp.json()["detail"]
+
+    def test_the_oauth2_form_airflow_3_accepts_logs_in_too(self, client):
+        resp = client.post("/auth/token", data={"username": "admin", "password": ADMIN_PASSWORD})
+        assert resp.status_code == 201 and resp.json()["access_token"]
+        wrong = client.post("/auth/token", data={"username": "admin", "password": "nope"})
+        assert wrong.status_code == 401
 
 
 class TestGeneratedPassword:
