@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from app.worker.demo_dag import DAG_ID, FLAKY, RUN_ID, VICTIM, dag_order, example_tasks, label, label_of
-from app.worker.demo_report import report
+from app.worker.demo_report import collapsed_log_url, report
 
 PASSWORD = "demo-password"
 SEATS = ("demo-worker-1", "demo-worker-2")
@@ -147,10 +147,17 @@ class Demo:
         attempts = {ti["ti_id"]: self.http.get(f"/v1/task-instances/{ti['ti_id']}/attempts").json()["items"]
                     for ti in run["task_instances"]}
         victim = self._find(run, VICTIM)
-        log = self.http.get(f"/v1/task-instances/{victim['ti_id']}/tries/{victim['try_number']}/log").text
+        log = self.collapsed_log(victim)
         self.say()
         self.say(report(self.url, run, attempts, self.seats_by_execution(), victim, log, killed_seat))
         return 0 if run["state"] == "success" and killed_seat else 1
+
+    def collapsed_log(self, ti: dict[str, Any]) -> str:
+        """The try's log as an Airflow 3 client reads it: through the URL the report prints."""
+        url = collapsed_log_url(self.url, ti, ti["try_number"])
+        resp = self.http.get(url + ("&" if "?" in url else "?") + "full_content=true")
+        resp.raise_for_status()
+        return "".join(line["event"] + "\n" for line in resp.json()["content"])
 
     @staticmethod
     def _find(run: dict[str, Any], which: tuple[str, int]) -> dict[str, Any]:
@@ -193,7 +200,8 @@ def _interrupt(_signum: int, _frame: Any) -> None:
 
 def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
     root = Path(tempfile.mkdtemp(prefix="fenceline-demo-"))
-    signal.signal(signal.SIGTERM, _interrupt)  # cleaned up on SIGTERM as on Ctrl-C
+    for sig in (signal.SIGTERM, signal.SIGINT):  # cleaned up either way, even where SIGINT was ignored
+        signal.signal(sig, _interrupt)
     demo = Demo(root)
     demo.say("fenceline demo: a throw-away server, two workers and one example run")
     demo.say(f"  server   {demo.url} (SQLite under {root}; operator admin / {PASSWORD})")

@@ -60,6 +60,7 @@ def report(server: str, run: dict[str, Any], attempts: dict[str, list[dict[str, 
             "",
             f"the collapsed log of {name} try {victim['try_number']} (every epoch of the try, in order)",
             f"  Airflow-compatible URL: {collapsed_log_url(server, victim, victim['try_number'])}",
+            "  which reads (full_content=true):",
             *(f"  | {line}" for line in victim_log.rstrip("\n").splitlines()),
         ]
     return "\n".join(lines)

@@ -112,15 +112,27 @@ class TaskRunner:
                      give_up=self.ctx.stopping.is_set, log=self.ctx.log.info)
             return True
         except GaveUp:
-            try:
-                self.ctx.api.release(self.token)
-                self.ctx.log.info("%s: handed back unstarted (worker stopping)", self.name)
-            except (Refused, ServerUnreachable) as exc:
-                self.ctx.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
+            self._hand_back()
+            return False
         except Refused as exc:
             self.ctx.log.warning("%s: running refused (%s); not started", self.name, exc)
         self.ctx.state.forget_attempt(self.key)
         return False
+
+    def _hand_back(self) -> None:
+        try:
+            self.ctx.api.release(self.token)
+            self.ctx.log.info("%s: handed back unstarted (worker stopping)", self.name)
+        except Refused as exc:
+            if exc.type == "attempt-started":
+                # `running` landed though its answer was lost: the server counts the attempt as
+                # started, so it ends with an outcome, the infra fault it is.
+                self._finish(Outcome("unexecutable", "worker_lost", "the worker stopped before starting the command"))
+                return
+            self.ctx.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
+        except ServerUnreachable as exc:
+            self.ctx.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
+        self.ctx.state.forget_attempt(self.key)
 
     def _supervise(self, proc: subprocess.Popen) -> str | None:
         """Watch the command until it ends; answers why the worker stopped it, if it did.

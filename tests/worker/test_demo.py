@@ -33,7 +33,7 @@ class TestDemo:
         assert "try_number 1 (retries: 0) after 2 attempts, infra_attempts 1 of 3 used" in out
         assert re.search(r"Airflow-compatible URL: http://127\.0\.0\.1:\d+/api/v2/dags/fenceline_demo/dagRuns/"
                          r"demo-run-1/taskInstances/transform/logs/1\?map_index=2", out)
-        assert "| ::fenceline:: try 1 epoch 1 on execution" in out
+        assert "which reads (full_content=true):\n  | ::fenceline:: try 1 epoch 1 on execution" in out
         assert "re-placed: epoch 1 ended (infra: agent_lost)" in out
         assert "| step 10/10" in out
         root = re.search(r"cleaned up: server and workers stopped, (\S+) removed", out).group(1)
