@@ -15,7 +15,8 @@ from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or
 from app.db import SessionDep
 from app.errors import problem_response, register_error_renderer
 from app.logs.router import StoreDep
-from app.orchestration.models import DagRun, TaskInstance
+from app.orchestration.models import DagRun
+from app.orchestration.models import TaskInstance as TaskInstanceRow
 
 PREFIX = "/api/v1"
 ERRORS_DOC = "https://airflow.apache.org/docs/apache-airflow/2.10.0/stable-rest-api-ref.html#section/Errors/"
@@ -172,7 +173,7 @@ def try_model(view: TryView, state: str | None = None) -> TaskInstance:
     )
 
 
-def ti_model(session: SessionDep, ti: TaskInstance) -> TaskInstance:
+def ti_model(session: SessionDep, ti: TaskInstanceRow) -> TaskInstance:
     return try_model(service.tries(session, ti)[-1], state=service.airflow_state(ti.state))
 
 

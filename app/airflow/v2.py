@@ -14,7 +14,6 @@ from app.airflow.service import TryView
 from app.auth.deps import require_operator
 from app.db import SessionDep
 from app.errors import register_error_renderer
-from app.logs import service as logs
 from app.logs.router import StoreDep
 from app.orchestration.models import DagRun, TaskInstance
 
