@@ -45,7 +45,8 @@ class Backoff:
         return timedelta(seconds=ceiling * random.uniform(0.5, 1.0))
 
 
-NEW_EXECUTION = {"last_heartbeat_at": None, "execution_id": None, "user_code_started": False}
+# What a new execution attempt starts without: the previous one's heartbeat, worker and start.
+NEW_EXECUTION = {"last_heartbeat_at": None, "execution_id": None, "user_code_started": False, "started_at": None}
 
 
 def cas(session: Session, ti: TaskInstance, **values: Any) -> TaskInstance | None:
@@ -141,7 +142,7 @@ def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> N
     transaction holds are skipped, not waited for."""
     for state, extra in (
         (s.UP_FOR_RETRY, {"try_number": TaskInstance.try_number + 1, "infra_attempts": 0,
-                          "started_at": None, "ended_at": None, "queued_at": None}),
+                          "ended_at": None, "queued_at": None}),
         (s.UP_FOR_RESCHEDULE, {}),
     ):
         due = select(TaskInstance.id).where(TaskInstance.state == state, TaskInstance.next_eligible_at <= now)
@@ -170,7 +171,7 @@ def clear(*, session: Session, ti: TaskInstance, now: datetime | None = None) ->
     cleared = cas(
         session, ti, state=s.NONE, try_number=next_try, max_tries=next_try - 1 + ti.retries,
         attempt_epoch=ti.attempt_epoch + 1, infra_attempts=0, next_eligible_at=None,
-        queued_at=None, started_at=None, ended_at=None, **NEW_EXECUTION,
+        queued_at=None, ended_at=None, **NEW_EXECUTION,
     )
     if cleared is None:
         return None

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Query
 from app.auth.deps import OperatorDep
 from app.db import SessionDep
 from app.errors import AppError, problems
-from app.orchestration import rails, runs, states as s
+from app.execution import operator as operator_rails
+from app.orchestration import runs, states as s
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.schemas import MarkRequest, RunCreate, RunPublic, RunsPublic, TaskInstancePublic
 
@@ -65,7 +66,7 @@ def clear_failed(dag_id: str, run_id: str, session: SessionDep, _: OperatorDep) 
     run = runs.get_run(session=session, dag_id=dag_id, run_id=run_id)
     for ti in runs.run_task_instances(session=session, dag_run_id=run.id):
         if ti.state in s.FAILED_STATES:
-            rails.clear(session=session, ti=ti)
+            operator_rails.clear(session=session, ti=ti)
     return _read_run(session, dag_id, run_id)
 
 
@@ -85,11 +86,11 @@ def _moved(ti: TaskInstance | None) -> TaskInstance:
 def clear_task_instance(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
     """Start a new try (any in-flight attempt is fenced off and told to terminate)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
-    return ti_public(_moved(rails.clear(session=session, ti=ti)))
+    return ti_public(_moved(operator_rails.clear(session=session, ti=ti)))
 
 
 @router.post("/task-instances/{ti_id}/mark", responses=problems(404, 409))
 def mark_task_instance(ti_id: uuid.UUID, body: MarkRequest, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
     """Mark success or failed (any in-flight attempt is fenced off and told to terminate)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
-    return ti_public(_moved(rails.mark(session=session, ti=ti, state=body.state)))
+    return ti_public(_moved(operator_rails.mark(session=session, ti=ti, state=body.state)))

@@ -102,6 +102,9 @@ class TestClear:
         assert read_ti(client, operator, old.ti_id) == cleared
         new = worker.claim_one()
         assert (new.try_number, new.epoch) == (2, 3)
+        attempts = client.get(f"/v1/task-instances/{old.ti_id}/attempts", headers=operator).json()["items"]
+        fenced = next(a for a in attempts if a["attempt_epoch"] == old.epoch)
+        assert fenced["state"] == "cleared" and fenced["ended_at"] is not None
 
     def test_clear_of_a_finished_task_reopens_the_run(self, client, operator):
         run = create_run(client, operator, task("a"), task("b", "a"))
@@ -164,6 +167,8 @@ class TestMark:
         assert (resp.json()["state"], resp.json()["attempt_epoch"]) == ("success", 2)
         assert_stale(old.send("failed"))
         assert worker.claim_one().task_id == "b"
+        attempts = client.get(f"/v1/task-instances/{old.ti_id}/attempts", headers=operator).json()["items"]
+        assert [(a["attempt_epoch"], a["state"]) for a in attempts] == [(1, "marked_success")]
 
     def test_mark_failed_fails_downstream_and_run(self, client, operator):
         run = create_run(client, operator, task("a", retries=3), task("b", "a"))

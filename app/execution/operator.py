@@ -1,0 +1,33 @@
+"""The operator rails as execution sees them: an attempt they fence off is closed on its record,
+so its epoch shows how it ended rather than a run that never finishes."""
+
+from sqlmodel import Session
+
+from app.db import utcnow
+from app.execution.attempts import update_attempt
+from app.orchestration import rails, states as s
+from app.orchestration.models import TaskInstance
+
+
+def _fenced(ti: TaskInstance) -> tuple | None:
+    """The attempt an operator rail is about to fence off, if one is in flight."""
+    return (ti.id, ti.try_number, ti.attempt_epoch) if ti.state in s.IN_FLIGHT else None
+
+
+def clear(*, session: Session, ti: TaskInstance) -> TaskInstance | None:
+    """rails.clear; an in-flight attempt's record ends as `cleared`."""
+    fenced = _fenced(ti)
+    cleared = rails.clear(session=session, ti=ti)
+    if cleared is not None and fenced:
+        update_attempt(session, *fenced, state="cleared", reason="cleared by an operator", ended_at=utcnow())
+    return cleared
+
+
+def mark(*, session: Session, ti: TaskInstance, state: str) -> TaskInstance | None:
+    """rails.mark; an in-flight attempt's record ends as `marked_success` or `marked_failed`."""
+    fenced = _fenced(ti)
+    marked = rails.mark(session=session, ti=ti, state=state)
+    if marked is not None and fenced:
+        update_attempt(session, *fenced, state=f"marked_{state}", reason=f"marked {state} by an operator",
+                       ended_at=utcnow())
+    return marked
