@@ -18,6 +18,7 @@ from app.auth.tokens import AttemptClaims
 from app.errors import AppError, not_found
 from app.execution.fence import settle_match, stale_report
 from app.execution.models import TaskAttempt
+from app.identity.models import Execution
 from app.logs.store import LogGap, LogStore
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
@@ -77,8 +78,15 @@ class TryLog:
         return sum(seg.length for seg in self.segments)
 
 
-def _header(try_number: int, attempt: TaskAttempt | None, epoch: int, previous: TaskAttempt | None) -> bytes:
-    runner = f"execution {attempt.execution_id}" if attempt and attempt.execution_id else "an unrecorded execution"
+def _header(try_number: int, attempt: TaskAttempt | None, epoch: int, previous: TaskAttempt | None,
+            seats: dict[uuid.UUID, tuple[str, int]]) -> bytes:
+    if attempt is None or attempt.execution_id is None:
+        runner = "an unrecorded execution"
+    elif attempt.execution_id in seats:
+        seat, generation = seats[attempt.execution_id]
+        runner = f"execution {attempt.execution_id} (seat {seat}, generation {generation})"
+    else:
+        runner = f"execution {attempt.execution_id}"
     if previous is None:
         why = "first attempt of this try"
     else:
@@ -101,11 +109,16 @@ def try_log(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: 
     by_epoch: dict[int, TaskAttempt | None] = {a.attempt_epoch: a for a in attempts}
     if 0 not in by_epoch and store.size(log_key(ti, try_number, 0)) is not None:
         by_epoch[0] = None  # a legacy stream written before the fence
+    runners = {a.execution_id for a in attempts if a.execution_id}
+    seats = {row.execution_id: (row.seat, row.generation) for row in session.execute(
+        select(Execution.execution_id, Execution.seat, Execution.generation)
+        .where(Execution.execution_id.in_(runners)))} if runners else {}
     segments, previous = [], None
     for epoch in sorted(by_epoch):
         attempt = by_epoch[epoch]
         key = log_key(ti, try_number, epoch)
-        segments.append(Segment(epoch, _header(try_number, attempt, epoch, previous), key, store.size(key) or 0))
+        segments.append(Segment(epoch, _header(try_number, attempt, epoch, previous, seats), key,
+                                store.size(key) or 0))
         previous = attempt
     live = try_number == ti.try_number and ti.state not in (*s.FINISHED, s.UP_FOR_RETRY)
     return TryLog(segments, finished=not live)

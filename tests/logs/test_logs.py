@@ -80,6 +80,7 @@ class TestTryLog:
         assert [line for line in lines if not line.startswith("::fenceline::")] == [
             "epoch-0 line", "epoch-1 line", "epoch-2 line"]
         assert f"epoch {contents[0]}" in system[0] and "first attempt" in system[0]
+        assert "(seat worker-1, generation 1)" in system[0]
         assert f"epoch {contents[1]}" in system[1] and "evicted" in system[1]
         assert f"epoch {contents[2]}" in system[2] and "node_lost" in system[2]
 
