@@ -19,7 +19,7 @@ from app.errors import AppError, not_found
 from app.execution.fence import settle_match, stale_report
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution
-from app.logs.store import LogGap, LogStore
+from app.logs.store import LogConflict, LogGap, LogStore
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 
@@ -52,6 +52,10 @@ def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: i
         raise AppError(409, "log-offset-gap", "Log offset gap",
                        f"offset {offset} is past the stored end {gap.stored}; resend from there.",
                        stored_size=gap.stored) from None
+    except LogConflict as clash:
+        raise AppError(409, "log-offset-conflict", "Log offset conflict",
+                       f"The bytes from offset {offset} differ from those already stored; nothing was written.",
+                       stored_size=clash.stored) from None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 `FileLogStore` keeps each key as a file under a root directory. An append is idempotent under
 retry: the writer says at which offset it believes the stream ends; bytes already stored are
-not written twice, and a gap is refused. Data is fsynced before the append returns, and a
+not written twice (and must be the same bytes), and a gap is refused. Data is fsynced before the append returns, and a
 crash mid-append can only leave a torn tail after every earlier chunk, never corrupt one.
 Several processes may append to one store: a per-file lock orders them.
 """
@@ -24,13 +24,22 @@ class LogGap(Exception):
         self.stored = stored
 
 
+class LogConflict(Exception):
+    """Bytes the writer resends differ from what is stored at that offset."""
+
+    def __init__(self, stored: int) -> None:
+        super().__init__(f"stored size is {stored}")
+        self.stored = stored
+
+
 class LogStore(Protocol):
     def size(self, key: str) -> int | None:
         """The stream's length in bytes; None if it does not exist."""
 
     def append(self, key: str, offset: int, data: bytes) -> int:
         """Store `data` as the bytes from `offset`; answers the new length. LogGap if
-        `offset` is beyond the end; bytes before the end are taken as already stored."""
+        `offset` is beyond the end; bytes before the end must equal what is stored (a retry),
+        else LogConflict."""
 
     def read(self, key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         """The stream's bytes in [start, end), in chunks."""
@@ -60,12 +69,15 @@ class FileLogStore:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         created = not path.exists()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             stored = os.fstat(fd).st_size
             if offset > stored:
                 raise LogGap(stored)
+            overlap = min(stored - offset, len(data))
+            if overlap and os.pread(fd, overlap, offset) != data[:overlap]:
+                raise LogConflict(stored)
             fresh = data[stored - offset:]
             if fresh:
                 view = memoryview(fresh)

@@ -28,6 +28,14 @@ class TestAppend:
         assert append_log(client, attempt, 2, "e\ntwo\nthree\n") == {"size": 14}
         assert _try_log(client, operator, _ti(client, operator)).endswith("one\ntwo\nthree\n")
 
+    def test_different_bytes_at_a_stored_offset_are_refused(self, client, operator):
+        create_run(client, operator)
+        _, attempt = claim_one(client, worker(client, operator))
+        append_log(client, attempt, 0, "abc\n")
+        body = append_log(client, attempt, 0, "xyz\n", expect=409)
+        assert body["type"] == "log-offset-conflict" and body["stored_size"] == 4
+        assert _try_log(client, operator, _ti(client, operator)).endswith("abc\n")
+
     def test_a_gap_is_refused_with_the_stored_size(self, client, operator):
         create_run(client, operator)
         _, attempt = claim_one(client, worker(client, operator))
