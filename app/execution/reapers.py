@@ -23,6 +23,7 @@ from app.metrics import reaper_marks
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff, Outcome, apply_outcome, promote_eligible
+from app.orchestration.runs import lock_run
 
 log = logging.getLogger("fenceline.reapers")
 SWEEP_LOCK_KEY = 0x66656E6365  # "fence"
@@ -35,6 +36,9 @@ class Candidate:
     try_number: int
     attempt_epoch: int
     reason: str
+    # agent-lost only: a heartbeat at or after this saves the attempt, even one that landed
+    # between the listing and the mark.
+    silent_before: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -66,16 +70,25 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime) 
     }
     found: dict[uuid.UUID, Candidate] = {}
     for reason, query in queries.items():  # worker_lost last: it names the cause best
+        silent_before = now - thresholds.agent_lost if reason == "agent_lost" else None
         for row in session.execute(query):
-            found[row.id] = Candidate(row.id, row.state, row.try_number, row.attempt_epoch, reason)
+            found[row.id] = Candidate(row.id, row.state, row.try_number, row.attempt_epoch, reason, silent_before)
     return sorted(found.values(), key=lambda c: str(c.ti_id))
 
 
 def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datetime) -> bool:
-    """Route `candidate` as unexecutable(reason) if it is still exactly as listed."""
-    ti = session.get(TaskInstance, candidate.ti_id, populate_existing=True)
-    if ti is None or (ti.state, ti.try_number, ti.attempt_epoch) != (
-            candidate.state, candidate.try_number, candidate.attempt_epoch):
+    """Route `candidate` as unexecutable(reason) if it is still exactly as listed (and, for
+    agent-lost, still silent). The run and then the task instance are locked before the check,
+    so a report or heartbeat either lands first and saves the attempt, or waits and is stale."""
+    ti = session.get(TaskInstance, candidate.ti_id)
+    if ti is None:
+        return False
+    lock_run(session, ti.dag_run_id)
+    ti = session.get(TaskInstance, candidate.ti_id, populate_existing=True, with_for_update=True)
+    if (ti.state, ti.try_number, ti.attempt_epoch) != (candidate.state, candidate.try_number, candidate.attempt_epoch):
+        return False
+    heartbeat = ti.last_heartbeat_at
+    if candidate.silent_before is not None and heartbeat is not None and heartbeat >= candidate.silent_before:
         return False
     outcome = Outcome("unexecutable", candidate.reason)
     with session.begin_nested():

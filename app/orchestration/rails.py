@@ -21,7 +21,7 @@ from sqlmodel import Session
 from app.db import insert_ignore, utcnow
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance, TaskInstanceHistory
-from app.orchestration.runs import refresh_run
+from app.orchestration.runs import lock_run, refresh_run
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ def apply_outcome(
     None if the attempt was superseded meanwhile.
     """
     now = now or utcnow()
+    lock_run(session, ti.dag_run_id)
     if outcome.kind == "success":
         return _settled(session, cas(session, ti, state=s.SUCCESS, ended_at=now), s.SUCCESS, now)
     if outcome.kind == "failed":
@@ -165,6 +166,7 @@ def clear(*, session: Session, ti: TaskInstance, now: datetime | None = None) ->
     now = now or utcnow()
     if ti.state not in s.CLEARABLE:
         return ti
+    lock_run(session, ti.dag_run_id)
     if ti.state in s.IN_FLIGHT or ti.state == s.UP_FOR_RESCHEDULE:
         archive_try(session, ti, s.FAILED)
     next_try = ti.try_number if ti.state == s.UPSTREAM_FAILED else ti.try_number + 1
@@ -185,6 +187,7 @@ def mark(*, session: Session, ti: TaskInstance, state: str, now: datetime | None
     now = now or utcnow()
     if ti.state == state:
         return ti
+    lock_run(session, ti.dag_run_id)
     marked = cas(session, ti, state=state, attempt_epoch=ti.attempt_epoch + 1, ended_at=now,
                  last_heartbeat_at=None, next_eligible_at=None)
     return _settled(session, marked, state, now)

@@ -74,15 +74,22 @@ def get_task_instance(*, session: Session, ti_id: uuid.UUID) -> TaskInstance:
     return ti
 
 
+def lock_run(session: Session, dag_run_id: uuid.UUID) -> None:
+    """Lock the run's row. Every path that settles, clears or marks a task instance takes it
+    before the task instance's row: one lock order, so those paths queue on the run and never
+    deadlock, also against a reaper sweep that holds a run across several marks."""
+    session.execute(select(DagRun.id).where(DagRun.id == dag_run_id).with_for_update()).scalar_one()
+
+
 def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reopen: bool = False) -> None:
     """Readiness and the run's state, after a task instance finished (or was cleared).
 
-    The run row is locked first, so two upstreams finishing at once are judged one after the
-    other and the second always sees the first: a downstream task is never left waiting.
+    Under the run's lock, two upstreams finishing at once are judged one after the other and
+    the second always sees the first: a downstream task is never left waiting.
     Waiting tasks whose upstreams all succeeded become scheduled; those with a failed upstream
     become upstream_failed; with `reopen`, upstream_failed tasks wait again.
     """
-    session.execute(select(DagRun.id).where(DagRun.id == dag_run_id).with_for_update()).scalar_one()
+    lock_run(session, dag_run_id)
     tis = run_task_instances(session=session, dag_run_id=dag_run_id)
     if reopen:
         reopened = [ti.id for ti in tis if ti.state == s.UPSTREAM_FAILED]

@@ -2,6 +2,8 @@
 compare-and-swap on the candidate as it was listed. Time is driven by the `now` given to a
 sweep, never by sleeping."""
 
+import threading
+import time
 from datetime import datetime, timedelta
 
 from sqlmodel import Session
@@ -80,6 +82,63 @@ class TestMark:
         assert self.mark(engine, candidate) is True
         assert replaced(read_ti(client, operator, attempt.ti_id), "dispatch_lost", 2)
         assert self.mark(engine, candidate) is False
+
+
+    def test_a_heartbeat_between_list_and_mark_saves_the_attempt(self, client, operator, engine):
+        create_run(client, operator, task("a"))
+        attempt = Worker(client, operator).claim_one()
+        attempt.report("running")
+        listed_at = heartbeat_at(client, operator, attempt.ti_id)
+        candidate = reapers.Candidate(reapers.uuid.UUID(attempt.ti_id), "running", 1, attempt.epoch, "agent_lost",
+                                      silent_before=listed_at + timedelta(microseconds=1))
+        assert attempt.heartbeat().status_code == 200
+        before = read_ti(client, operator, attempt.ti_id)
+        assert self.mark(engine, candidate) is False
+        assert read_ti(client, operator, attempt.ti_id) == before
+
+
+class TestLockOrder:
+    def test_a_sweep_holding_a_run_and_a_report_waiting_on_it_do_not_deadlock(self, client, operator, engine,
+                                                                               live_server, is_postgres):
+        """The reaper marks A (locking the run), B's agent reports success (waiting for the run),
+        the reaper marks B: B's report must not hold B's row while it waits, so the sweep goes
+        through and the late report is stale."""
+        if not is_postgres:
+            return  # SQLite serialises whole transactions: there is no lock order to get wrong
+        create_run(client, operator, task("a", max_infra_attempts=0), task("b", max_infra_attempts=0))
+        worker = Worker(client, operator)
+        a, b = sorted(worker.claim(2), key=lambda attempt: attempt.task_id)
+        a.report("running")
+        b.report("running")
+        with Session(engine) as session:
+            candidates = {c.ti_id: c for c in reapers.find_candidates(
+                session=session, thresholds=reapers.Thresholds(timedelta(0), timedelta(0)),
+                now=utcnow() + timedelta(seconds=1))}
+            assert reapers.mark(session=session, candidate=candidates[reapers.uuid.UUID(a.ti_id)],
+                                backoff=NO_BACKOFF, now=utcnow())
+            answers = []
+
+            def report_b() -> None:
+                with live_server.client() as http:
+                    answers.append(http.post("/v1/attempts/report", json={"state": "success"},
+                                             headers={"Authorization": f"Bearer {b.token}"}))
+
+            reporter = threading.Thread(target=report_b)
+            reporter.start()
+            deadline = time.monotonic() + 30
+            with engine.connect() as watcher:  # its own connection: activity is snapshotted per transaction
+                while not watcher.exec_driver_sql(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").scalar():
+                    watcher.rollback()
+                    assert time.monotonic() < deadline, "the report never waited on the run"
+                    time.sleep(0.01)
+            assert reapers.mark(session=session, candidate=candidates[reapers.uuid.UUID(b.ti_id)],
+                                backoff=NO_BACKOFF, now=utcnow())
+            session.commit()
+        reporter.join(timeout=30)
+        assert answers[0].status_code == 409 and answers[0].json()["type"] == "stale-report"
+        states = {t["task_id"]: t["state"] for t in client.get("/v1/runs/d/r", headers=operator).json()["task_instances"]}
+        assert states == {"a": "infra_failed", "b": "infra_failed"}
 
 
 class TestSweep:
