@@ -12,7 +12,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("fenceline")
@@ -121,6 +122,30 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _integrity_error(request: Request, exc: IntegrityError) -> JSONResponse:
         log.info("integrity conflict on %s: %s", request.url.path, exc.orig)
         return render(request, 409, "conflict", "Conflict", "The write conflicts with stored state.")
+
+    async def _unstorable(request: Request, exc: Exception) -> JSONResponse:
+        # A value no column can hold (a NUL character or a lone surrogate in text, an integer
+        # beyond 64 bits): the client's input, so a 422, and the request rolled back.
+        log.info("unstorable value on %s: %r", request.url.path, exc)
+        return render(request, 422, "invalid-value", "Invalid value",
+                      "A value cannot be stored: text must be valid Unicode without NUL characters, "
+                      "and integers must fit in 64 bits.")
+
+    for unstorable in (DataError, UnicodeEncodeError, OverflowError):
+        app.add_exception_handler(unstorable, _unstorable)
+
+    @app.exception_handler(StatementError)
+    async def _statement_error(request: Request, exc: StatementError) -> JSONResponse:
+        # SQLAlchemy wraps what the driver raised while binding parameters.
+        if isinstance(exc.orig, (UnicodeEncodeError, OverflowError, ValueError)):
+            return await _unstorable(request, exc)
+        return await _internal_error(request, exc)
+
+    @app.exception_handler(PoolTimeoutError)
+    async def _pool_timeout(request: Request, exc: PoolTimeoutError) -> JSONResponse:
+        log.warning("no database connection free for %s", request.url.path)
+        return render(request, 503, "database-unavailable", "Database unavailable",
+                      "No database connection was free in time; retry the request.", headers={"Retry-After": "1"})
 
     @app.exception_handler(OperationalError)
     async def _operational_error(request: Request, exc: OperationalError) -> JSONResponse:

@@ -3,7 +3,9 @@
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Annotated
 
+from fastapi import Query
 from sqlalchemy import func, select
 from sqlmodel import Session
 
@@ -14,6 +16,10 @@ from app.logs.service import TryLog
 from app.logs.store import LogStore
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
+
+# Paging bounds for both Airflow versions: a page of task instances costs queries per entry.
+Limit = Annotated[int, Query(ge=0, le=1000)]
+Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
 
 # Native states Airflow's enum lacks, and what each Airflow version shows instead.
 _STATE_MAP = {s.NONE: None, s.INFRA_FAILED: s.FAILED}

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from app.airflow import logs as paging
 from app.airflow import service
-from app.airflow.service import TryView
+from app.airflow.service import Limit, Offset, TryView
 from app.auth import tokens
 from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic, unauthorized
 from app.db import SessionDep
@@ -180,15 +180,15 @@ def ti_model(session: SessionDep, ti: TaskInstanceRow) -> TaskInstance:
 # --- routes ---------------------------------------------------------------------------------
 
 @router.get("/dags")
-def get_dags(session: SessionDep, limit: int = 100, offset: int = 0) -> DAGCollection:
-    dags, total = service.list_dags(session, max(limit, 0), max(offset, 0))
+def get_dags(session: SessionDep, limit: Limit = 100, offset: Offset = 0) -> DAGCollection:
+    dags, total = service.list_dags(session, limit, offset)
     return DAGCollection(total_entries=total, dags=[
         DAG(dag_id=dag_id, dag_display_name=dag_id, last_parsed_time=first) for dag_id, first in dags])
 
 
 @router.get("/dags/{dag_id}/dagRuns")
-def get_dag_runs(dag_id: str, session: SessionDep, limit: int = 100, offset: int = 0) -> DAGRunCollection:
-    runs, total = service.list_runs(session, dag_id, max(limit, 0), max(offset, 0))
+def get_dag_runs(dag_id: str, session: SessionDep, limit: Limit = 100, offset: Offset = 0) -> DAGRunCollection:
+    runs, total = service.list_runs(session, dag_id, limit, offset)
     return DAGRunCollection(dag_runs=[run_model(r) for r in runs], total_entries=total)
 
 
@@ -198,10 +198,10 @@ def get_dag_run(dag_id: str, dag_run_id: str, session: SessionDep) -> DAGRun:
 
 
 @router.get(TI)
-def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep, limit: int = 100,
-                       offset: int = 0) -> TaskInstanceCollection:
+def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep, limit: Limit = 100,
+                       offset: Offset = 0) -> TaskInstanceCollection:
     run = service.get_run(session, dag_id, dag_run_id)
-    tis, total = service.list_task_instances(session, run, max(limit, 0), max(offset, 0))
+    tis, total = service.list_task_instances(session, run, limit, offset)
     return TaskInstanceCollection(task_instances=[ti_model(session, ti) for ti in tis], total_entries=total)
 
 

@@ -4,13 +4,13 @@ import json
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 from app.airflow import logs as paging
 from app.airflow import service
-from app.airflow.service import TryView
+from app.airflow.service import Limit, Offset, TryView
 from app.auth.deps import require_operator
 from app.db import SessionDep
 from app.errors import register_error_renderer
@@ -22,8 +22,6 @@ router = APIRouter(prefix=PREFIX, tags=["airflow-v2"], dependencies=[Depends(req
                    responses={401: {"description": "Not authenticated"}, 404: {"description": "Not found"}})
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"
-Limit = Annotated[int, Query(ge=0)]
-Offset = Annotated[int, Query(ge=0)]
 
 
 def _render(*, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None,

@@ -5,17 +5,17 @@ from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app.auth import tokens
 from app.auth.deps import installation, unauthorized
 from app.errors import AppError, problems
+from app.schemas import Strict
 
 router = APIRouter(tags=["auth"])
 
 
-class LoginRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LoginRequest(Strict):
     username: str
     password: str
 

@@ -4,15 +4,13 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from app.orchestration.states import INFRA_REASONS
+from app.schemas import Strict
 
 InfraReason = Literal[INFRA_REASONS]  # type: ignore[valid-type]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+REASON_MAX = 64  # an attempt record's reason column
 
 
 class ClaimRequest(Strict):
@@ -48,7 +46,7 @@ class Report(Strict):
     reason), `reschedule_at` for rescheduled."""
 
     state: Literal["running", "success", "failed", "unexecutable", "rescheduled"]
-    reason: Annotated[str, Field(max_length=64)] | None = None
+    reason: Annotated[str, Field(max_length=REASON_MAX)] | None = None
     reschedule_at: datetime | None = None
 
     @model_validator(mode="after")
@@ -89,9 +87,11 @@ class ObservationIn(Strict):
     outcome: Literal["success", "failed", "unexecutable"] | None = None
 
     @model_validator(mode="after")
-    def _infra_reason(self) -> "ObservationIn":
+    def _outcome_reason(self) -> "ObservationIn":
         if self.outcome == "unexecutable" and self.reason not in INFRA_REASONS:
             raise ValueError(f"an unexecutable outcome needs reason, one of {', '.join(INFRA_REASONS)}")
+        if self.outcome is not None and self.reason is not None and len(self.reason) > REASON_MAX:
+            raise ValueError(f"an outcome's reason has at most {REASON_MAX} characters")
         return self
 
 

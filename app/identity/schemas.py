@@ -4,15 +4,13 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator
+
+from app.schemas import Strict
 
 SeatName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")]
 RuntimeBackend = Literal["local", "kubernetes"]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=253)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class KubernetesTarget(Strict):

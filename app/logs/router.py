@@ -5,13 +5,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from app.auth.deps import AttemptDep, OperatorDep
 from app.db import SessionDep
 from app.errors import AppError, problems
 from app.logs import service
 from app.logs.store import LogStore
+from app.schemas import Strict
 
 router = APIRouter(tags=["logs"], responses=problems(401, 403, 422))
 
@@ -31,8 +32,7 @@ def limit_request_size(request: Request) -> None:
         raise AppError(413, "payload-too-large", "Payload too large", f"An append carries at most {limit} bytes.")
 
 
-class LogAppend(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LogAppend(Strict):
     offset: Annotated[int, Field(ge=0, description="The byte length the agent believes is already stored.")]
     content: str = Field(description="Text lines; a line may be a JSON object with timestamp, level and event.")
 

@@ -4,16 +4,14 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, Field, StringConstraints, model_validator
+
+from app.schemas import Strict
 
 # Identifiers become log path segments: never "." or "..", so none may start with a dot.
 Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,249}$")]
 # Airflow's run ids carry timestamps (manual__2026-11-30T00:00:00+00:00).
 RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_~:+\-][A-Za-z0-9_.~:+\-]{0,249}$")]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Resources(Strict):

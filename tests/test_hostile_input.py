@@ -1,0 +1,64 @@
+"""Input no column can hold is a 422 problem, never a 500, and changes nothing."""
+
+import json
+
+from tests.factories import admission_body
+from tests.flows import claim_one, create_run, report, worker
+
+LONE_SURROGATE = '"\\ud800"'  # valid JSON, not valid Unicode
+
+
+def post_raw(client, path, body: str, headers):
+    return client.post(path, content=body, headers={**headers, "content-type": "application/json"})
+
+
+class TestText:
+    def test_a_lone_surrogate_password_is_422(self, client):
+        resp = post_raw(client, "/auth/token", f'{{"username": "admin", "password": {LONE_SURROGATE}}}', {})
+        assert resp.status_code == 422
+        assert resp.headers["content-type"].startswith("application/problem+json")
+
+    def test_nul_and_surrogates_in_stored_text_are_422_and_admit_nothing(self, client, operator):
+        for bad in ('"a\\u0000b"', LONE_SURROGATE):
+            body = json.dumps(admission_body()).replace('"etl"', bad)
+            resp = post_raw(client, "/v1/seats/s1/executions", body, operator)
+            assert resp.status_code == 422, resp.text
+        assert client.get("/v1/seats/s1/executions", headers=operator).json() == {"items": []}
+
+    def test_a_lone_surrogate_in_a_log_append_is_422(self, client, operator):
+        create_run(client, operator)
+        _, attempt = claim_one(client, worker(client, operator))
+        resp = post_raw(client, "/v1/attempts/logs", f'{{"offset": 0, "content": {LONE_SURROGATE}}}', attempt)
+        assert resp.status_code == 422
+
+
+class TestNumbers:
+    def test_huge_paging_numbers_are_422(self, client, operator):
+        assert client.get("/v1/runs", params={"offset": 10**23}, headers=operator).status_code == 422
+        assert client.get("/api/v2/dags", params={"limit": 10**23}, headers=operator).status_code == 422
+
+    def test_a_huge_map_index_is_a_clean_answer(self, client, operator):
+        create_run(client, operator)
+        resp = client.get(f"/api/v2/dags/dag/dagRuns/run/taskInstances/t/{10**23}", headers=operator)
+        assert resp.status_code in (404, 422)
+
+    def test_a_huge_exit_code_is_422(self, client, operator):
+        execution = client.post("/v1/seats/s/executions", json=admission_body(), headers=operator).json()
+        resp = client.patch(f"/v1/executions/{execution['execution_id']}", headers=operator, json={
+            "observation": {"phase": "Failed", "exit_code": 10**30, "observed_at": "2026-01-01T00:00:00Z"}})
+        assert resp.status_code == 422
+        assert client.get(f"/v1/executions/{execution['execution_id']}", headers=operator).json()["observation"] is None
+
+
+class TestObservationReason:
+    def test_an_outcome_reason_longer_than_an_attempt_reason_is_422(self, client, operator):
+        run = create_run(client, operator)
+        item, attempt = claim_one(client, worker(client, operator))
+        report(client, attempt, "running")
+        corr = item["correlation"]
+        resp = client.post("/v1/observations", headers=operator, json={
+            "ti_id": corr["ti_id"], "try_number": 1, "attempt_epoch": corr["attempt_epoch"], "phase": "Failed",
+            "reason": "x" * 100, "outcome": "failed"})
+        assert resp.status_code == 422
+        ti = client.get(f"/v1/task-instances/{run['task_instances'][0]['ti_id']}", headers=operator).json()
+        assert ti["state"] == "running"
