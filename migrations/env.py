@@ -1,12 +1,14 @@
 """Alembic environment: one chain for SQLite and PostgreSQL (batch mode on SQLite)."""
 
 from alembic import context
+from sqlalchemy import text
 
 from app import models  # noqa: F401  (registers every table)
 from app.config import get_settings
 from app.db import make_engine, metadata
 
 config = context.config
+MIGRATION_LOCK_KEY = 0x66656E6D6967  # "fenmig"
 
 
 def render_item(type_: str, obj: object, autogen_context: object) -> str | bool:
@@ -26,6 +28,12 @@ def run_migrations_online() -> None:
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
+            postgres = connection.dialect.name == "postgresql"
+            if postgres:
+                # Replicas that start together migrate one after another (SQLite's BEGIN
+                # IMMEDIATE already serialises them).
+                connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+                connection.commit()
             context.configure(
                 connection=connection,
                 target_metadata=metadata,
@@ -35,6 +43,9 @@ def run_migrations_online() -> None:
             )
             with context.begin_transaction():
                 context.run_migrations()
+            if postgres:
+                connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_KEY})
+                connection.commit()
     finally:
         engine.dispose()
 
