@@ -1,7 +1,10 @@
 """Installation bootstrap (the JWT key ring and the operator password) and login."""
 
+import hashlib
 import hmac
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 
 from argon2 import PasswordHasher
@@ -15,6 +18,29 @@ from app.config import Settings
 from app.db import insert_ignore
 
 _hasher = PasswordHasher()
+# An argon2 check costs tens of milliseconds and 64 MiB: bound how many run at once, and
+# remember a password that verified for a while (HTTP Basic clients send it on every call).
+_VERIFY_SLOTS = threading.BoundedSemaphore(2)
+VERIFIED_FOR_SECONDS = 300.0
+_verified: dict[bytes, float] = {}
+
+
+def verify_password(password_hash: str, password: str) -> bool:
+    """argon2 verification of `password` against the stored hash, remembered when it passes."""
+    key = hashlib.sha256(password_hash.encode() + b"\0" + password.encode()).digest()
+    now = time.monotonic()
+    if _verified.get(key, 0.0) > now:
+        return True
+    with _VERIFY_SLOTS:
+        try:
+            ok = _hasher.verify(password_hash, password)
+        except (VerificationError, InvalidHashError):
+            ok = False
+    if ok:
+        if len(_verified) >= 1024:
+            _verified.clear()
+        _verified[key] = now + VERIFIED_FOR_SECONDS
+    return ok
 
 
 @dataclass(frozen=True)
@@ -29,10 +55,7 @@ class OperatorCredentials:
         user_ok = hmac.compare_digest(username.encode(), self.username.encode())
         if self.password is not None:
             return hmac.compare_digest(password.encode(), self.password.encode()) and user_ok
-        try:
-            return _hasher.verify(self.password_hash or "", password) and user_ok
-        except (VerificationError, InvalidHashError):
-            return False
+        return verify_password(self.password_hash or "", password) and user_ok
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,13 @@ class TestGeneratedPassword:
         assert login(client, password).status_code == 201
         assert login(client, ADMIN_PASSWORD).status_code == 401
 
+    def test_a_remembered_verification_never_admits_another_password(self, make_client):
+        client = make_client(admin_password=None)
+        password = client.app.state.installation.generated_password
+        assert login(client, password).status_code == 201
+        assert login(client, password + "x").status_code == 401
+        assert login(client, password).status_code == 201
+
     def test_a_second_start_does_not_generate_again(self, make_client, capsys):
         password = make_client(admin_password=None).app.state.installation.generated_password
         capsys.readouterr()
