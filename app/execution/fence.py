@@ -11,7 +11,8 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlmodel import Session
 
-from app.auth.tokens import AttemptClaims
+from app.auth.deps import unauthorized
+from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
 from app.db import utcnow
 from app.errors import AppError
 from app.execution.attempts import OUTCOME_KIND, close_attempt, find_attempt, update_attempt
@@ -54,6 +55,17 @@ def live_attempt(session: Session, token: AttemptClaims) -> TaskInstance:
     if ti is None or not relaxed_match(token, ti) or ti.state not in s.IN_FLIGHT:
         raise stale_report(token, ti)
     return ti
+
+
+def renew(*, session: Session, token: AttemptClaims, keyring: KeyRing, ttl_seconds: int,
+          max_lifetime_seconds: int) -> str:
+    """A fresh token for a live attempt (relaxed rule), every claim preserved verbatim; 401 past
+    the credential's lifetime ceiling."""
+    live_attempt(session, token)
+    try:
+        return renew_attempt(keyring, token, ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds)
+    except InvalidToken as exc:
+        raise unauthorized(f"The token was refused: {exc}.") from exc
 
 
 def heartbeat(*, session: Session, token: AttemptClaims, now: datetime | None = None) -> TaskInstance:

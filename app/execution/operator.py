@@ -1,12 +1,15 @@
 """The operator rails as execution sees them: an attempt they fence off is closed on its record,
 so its epoch shows how it ended rather than a run that never finishes."""
 
+import uuid
+
 from sqlmodel import Session
 
 from app.db import utcnow
 from app.execution.attempts import update_attempt
 from app.orchestration import rails, states as s
 from app.orchestration.models import TaskInstance
+from app.orchestration.runs import run_task_instances
 
 
 def _fenced(ti: TaskInstance) -> tuple | None:
@@ -31,3 +34,10 @@ def mark(*, session: Session, ti: TaskInstance, state: str) -> TaskInstance | No
         update_attempt(session, *fenced, state=f"marked_{state}", reason=f"marked {state} by an operator",
                        ended_at=utcnow())
     return marked
+
+
+def clear_failed(*, session: Session, dag_run_id: uuid.UUID) -> None:
+    """Clear every failed, infra_failed and upstream_failed task instance of the run."""
+    for ti in run_task_instances(session=session, dag_run_id=dag_run_id):
+        if ti.state in s.FAILED_STATES:
+            clear(session=session, ti=ti)

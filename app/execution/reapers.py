@@ -132,7 +132,7 @@ class ReaperThread:
 
     def _run(self) -> None:
         thresholds = Thresholds.from_settings(self.settings)
-        backoff = Backoff(self.settings.infra_backoff_base_seconds, self.settings.infra_backoff_cap_seconds)
+        backoff = Backoff.from_settings(self.settings)
         while not self.stop_event.wait(self.settings.reaper_interval_seconds):
             try:
                 with Session(self.engine) as session:

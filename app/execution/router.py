@@ -5,7 +5,7 @@ import uuid
 from fastapi import APIRouter, Request
 
 from app.auth import tokens
-from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation, unauthorized
+from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
 from app.db import SessionDep
 from app.errors import problems
 from app.execution import attempts, dispatch, fence, observations, reapers
@@ -22,8 +22,7 @@ STALE = problems(404, 409)
 
 
 def backoff(request: Request) -> Backoff:
-    settings = request.app.state.settings
-    return Backoff(settings.infra_backoff_base_seconds, settings.infra_backoff_cap_seconds)
+    return Backoff.from_settings(request.app.state.settings)
 
 
 def status(ti: TaskInstance) -> AttemptStatus:
@@ -75,15 +74,11 @@ def release(session: SessionDep, token: AttemptDep) -> AttemptStatus:
 def renew(session: SessionDep, request: Request, token: AttemptDep) -> RenewedToken:
     """A fresh attempt token with every claim preserved verbatim (attempt_epoch absent, 0 or N
     alike); refused for a superseded or finished attempt, and past the lifetime ceiling."""
-    fence.live_attempt(session, token)
     settings = request.app.state.settings
-    try:
-        renewed = tokens.renew_attempt(installation(request).keyring, token,
-                                       ttl_seconds=settings.attempt_token_ttl_seconds,
-                                       max_lifetime_seconds=settings.max_attempt_credential_lifetime_seconds)
-    except tokens.InvalidToken as exc:
-        raise unauthorized(f"The token was refused: {exc}.") from exc
-    return RenewedToken(attempt_token=renewed)
+    return RenewedToken(attempt_token=fence.renew(
+        session=session, token=token, keyring=installation(request).keyring,
+        ttl_seconds=settings.attempt_token_ttl_seconds,
+        max_lifetime_seconds=settings.max_attempt_credential_lifetime_seconds))
 
 
 @router.post("/v1/observations", responses=STALE)

@@ -40,6 +40,10 @@ class Backoff:
     base_seconds: float = 5.0
     cap_seconds: float = 300.0
 
+    @classmethod
+    def from_settings(cls, settings: Any) -> "Backoff":
+        return cls(settings.infra_backoff_base_seconds, settings.infra_backoff_cap_seconds)
+
     def delay(self, infra_attempts: int) -> timedelta:
         ceiling = min(self.cap_seconds, self.base_seconds * 2 ** infra_attempts)
         return timedelta(seconds=ceiling * random.uniform(0.5, 1.0))

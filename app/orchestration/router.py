@@ -9,7 +9,7 @@ from app.auth.deps import OperatorDep
 from app.db import SessionDep
 from app.errors import AppError, problems
 from app.execution import operator as operator_rails
-from app.orchestration import runs, states as s
+from app.orchestration import runs
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.schemas import MarkRequest, RunCreate, RunPublic, RunsPublic, TaskInstancePublic
 
@@ -64,9 +64,7 @@ def read_run(dag_id: str, run_id: str, session: SessionDep, _: OperatorDep) -> R
 def clear_failed(dag_id: str, run_id: str, session: SessionDep, _: OperatorDep) -> RunPublic:
     """Clear every failed, infra_failed and upstream_failed task instance of the run."""
     run = runs.get_run(session=session, dag_id=dag_id, run_id=run_id)
-    for ti in runs.run_task_instances(session=session, dag_run_id=run.id):
-        if ti.state in s.FAILED_STATES:
-            operator_rails.clear(session=session, ti=ti)
+    operator_rails.clear_failed(session=session, dag_run_id=run.id)
     return _read_run(session, dag_id, run_id)
 
 

@@ -4,6 +4,7 @@ import uuid
 from datetime import datetime
 
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from app.db import utcnow
@@ -15,17 +16,17 @@ from app.orchestration.schemas import RunCreate
 
 def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[TaskInstance]]:
     """A run and its task instances; tasks without upstreams are scheduled at once.
-    409 run-exists if (dag_id, run_id) is taken."""
+    409 run-exists if (dag_id, run_id) is taken: the unique key decides, so of two concurrent
+    creations of one run the second gets run-exists too."""
     now = utcnow()
     run_id = request.run_id or f"manual__{now.isoformat()}"
-    taken = session.execute(
-        select(DagRun.id).where(DagRun.dag_id == request.dag_id, DagRun.run_id == run_id)
-    ).scalar_one_or_none()
-    if taken is not None:
-        raise AppError(409, "run-exists", "Run exists", f"Run {run_id!r} of DAG {request.dag_id!r} exists.")
     run = DagRun(dag_id=request.dag_id, run_id=run_id, tenant_id=request.tenant_id,
                  trace_id=request.trace_id or uuid.uuid4().hex, conf=request.conf, created_at=now, updated_at=now)
-    session.add(run)
+    try:
+        with session.begin_nested():
+            session.add(run)
+    except IntegrityError:
+        raise AppError(409, "run-exists", "Run exists", f"Run {run_id!r} of DAG {request.dag_id!r} exists.") from None
     tis = [
         TaskInstance(
             dag_run_id=run.id, dag_id=run.dag_id, run_id=run.run_id, task_id=t.task_id, map_index=t.map_index,

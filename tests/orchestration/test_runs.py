@@ -186,3 +186,18 @@ class TestMark:
         resp = client.post(f"/v1/task-instances/{ti_ids(run)['a']}/mark", json=body, headers=operator)
         assert_problem(resp, 422, "validation-error")
         assert read_run(client, operator) == before
+
+
+class TestConcurrentCreation:
+    def test_creating_one_run_at_once_makes_it_once(self, live_server):
+        from tests.concurrency import race
+        from tests.conftest import login
+
+        with live_server.client() as client:
+            operator = login(client)
+        body = {"dag_id": "d", "run_id": "r", "tasks": [task("a")]}
+        answers = race(live_server, [lambda http: http.post("/v1/runs", json=body, headers=operator)] * 8)
+        assert sorted(a.status_code for a in answers) == [201] + [409] * 7
+        assert {a.json()["type"] for a in answers if a.status_code == 409} == {"run-exists"}
+        with live_server.client() as client:
+            assert len(client.get("/v1/runs", headers=operator).json()["items"]) == 1
