@@ -3,8 +3,17 @@
 import pytest
 
 from tests.agents import (
-    Worker, assert_problem, assert_stale, create_run, read_run, read_ti, task, ti_ids,
+    Worker,
+    assert_problem,
+    assert_stale,
+    create_run,
+    read_run,
+    read_ti,
+    task,
+    ti_ids,
 )
+from tests.concurrency import race
+from tests.conftest import login
 
 
 def states(client, operator, dag_id: str = "d", run_id: str = "r") -> dict[str, str]:
@@ -190,9 +199,6 @@ class TestMark:
 
 class TestConcurrentCreation:
     def test_creating_one_run_at_once_makes_it_once(self, live_server):
-        from tests.concurrency import race
-        from tests.conftest import login
-
         with live_server.client() as client:
             operator = login(client)
         body = {"dag_id": "d", "run_id": "r", "tasks": [task("a")]}
