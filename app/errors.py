@@ -5,6 +5,7 @@ and the status. Extra members (say `current_execution_id` or `should_terminate`)
 """
 
 import logging
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -55,8 +56,24 @@ class Problem(BaseModel):
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` declaration of a route's refusals, so the OpenAPI document tells the truth."""
-    return {s: {"model": Problem, "content": {PROBLEM_JSON: {}}} for s in statuses}
+    """The `responses=` declaration of a route's refusals, so the OpenAPI document tells the
+    truth: a Problem, under the media type it is sent with."""
+    return {s: {"description": HTTPStatus(s).phrase,
+                "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+            for s in statuses}
+
+
+def declare_problem_schema(app: FastAPI) -> None:
+    """Add the Problem schema that problems() refers to to the document's components."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def problem_response(

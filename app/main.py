@@ -14,7 +14,7 @@ from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
 from app.db import make_engine
-from app.errors import install_error_handlers
+from app.errors import declare_problem_schema, install_error_handlers
 from app.execution.reapers import ReaperThread
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = make_engine(settings.resolved_database_url)
     app.state.log_store = FileLogStore(settings.resolved_log_dir)
     install_error_handlers(app)
+    declare_problem_schema(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, execution_router,
                    logs_router, admin_router, ui_router, airflow_v2_router, airflow_v1_router):
         app.include_router(router)
