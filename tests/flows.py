@@ -1,16 +1,12 @@
-"""Driving task instances through the API: runs, claims and agent reports."""
+"""Driving task instances through the API as plain requests and dicts (the log, Airflow and
+dashboard tests); tests/agents.py has the same steps as Worker and Attempt objects."""
 
 from typing import Any
 
+from tests.agents import bearer, task
 from tests.factories import Client, admit
 
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def task(task_id: str, **fields: Any) -> dict[str, Any]:
-    return {"task_id": task_id, "payload": {"command": ["true"]}, "retry_delay": 0, **fields}
+__all__ = ["append_log", "bearer", "claim", "claim_one", "create_run", "report", "task", "worker"]
 
 
 def create_run(client: Client, operator: dict[str, str], dag_id: str = "dag", run_id: str = "run",
