@@ -80,7 +80,7 @@ def is_postgres(db_url: str) -> bool:
     return db_url.startswith("postgresql")
 
 
-def test_settings(db_url: str, **overrides: Any) -> Settings:
+def app_settings(db_url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "database_url": db_url, "admin_password": ADMIN_PASSWORD, "jwt_secret": JWT_SECRET,
         # Tests sweep on demand (POST /v1/admin/reap) and re-place without waiting.
@@ -95,7 +95,7 @@ def make_client(db_url: str, engine: Engine) -> Iterator[Callable[..., TestClien
     clients: list[TestClient] = []
 
     def make(**overrides: Any) -> TestClient:
-        client = TestClient(create_app(test_settings(db_url, **overrides)))
+        client = TestClient(create_app(app_settings(db_url, **overrides)))
         client.__enter__()
         clients.append(client)
         return client
@@ -156,5 +156,5 @@ class LiveServer:
 
 @pytest.fixture
 def live_server(db_url: str, engine: Engine) -> Iterator[LiveServer]:
-    with LiveServer(create_app(test_settings(db_url))) as server:
+    with LiveServer(create_app(app_settings(db_url))) as server:
         yield server

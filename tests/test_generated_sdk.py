@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.main import create_app
-from tests.conftest import ADMIN_PASSWORD, test_settings
+from tests.conftest import ADMIN_PASSWORD, app_settings
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +18,7 @@ def sdk(tmp_path_factory, db_url):
     """The generated client package, importable."""
     root = tmp_path_factory.mktemp("sdk")
     spec = root / "openapi.json"
-    spec.write_text(json.dumps(create_app(test_settings(db_url)).openapi()))
+    spec.write_text(json.dumps(create_app(app_settings(db_url)).openapi()))
     generator = Path(sys.executable).with_name("openapi-python-client")
     result = subprocess.run([str(generator), "generate", "--path", str(spec), "--output-path", str(root / "out"),
                              "--meta", "none"], capture_output=True, text=True, timeout=300, cwd=root)
@@ -32,7 +32,10 @@ def test_a_generated_client_admits_claims_and_settles(sdk, live_server):
     from out.api.auth import auth_login
     from out.api.execution import execution_claim, execution_report
     from out.api.identity import identity_admit_execution
-    from out.api.orchestration import orchestration_create_run, orchestration_read_task_instance
+    from out.api.orchestration import (
+        orchestration_create_run,
+        orchestration_read_task_instance,
+    )
     from out.models import AdmissionRequest, ClaimRequest, Problem, Report, RunCreate
 
     anonymous = sdk.Client(base_url=live_server.url)

@@ -21,7 +21,7 @@ import uvicorn
 
 from app.main import create_app
 from app.worker.process import group_alive
-from tests.conftest import ADMIN_PASSWORD, LiveServer, login, test_settings
+from tests.conftest import ADMIN_PASSWORD, LiveServer, app_settings, login
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ def serve(db_url: str, engine: Any) -> Iterator[Callable[..., LiveServer]]:
         pytest.skip("worker processes talk HTTP only; covered on SQLite")
     with ExitStack() as running:
         def start(port: int | None = None, **overrides: Any) -> LiveServer:
-            app = create_app(test_settings(db_url, **overrides))
+            app = create_app(app_settings(db_url, **overrides))
             return running.enter_context(LiveServer(app) if port is None else ServerOnPort(app, port))
 
         yield start
