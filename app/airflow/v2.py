@@ -11,15 +11,32 @@ from pydantic import BaseModel
 from app.airflow import logs as paging
 from app.airflow import service
 from app.airflow.service import Limit, Offset, TryView
-from app.auth.deps import require_operator
+from app.auth import tokens
+from app.auth.deps import BearerDep, forbidden, installation, unauthorized
 from app.db import SessionDep
 from app.errors import register_error_renderer
 from app.logs.router import StoreDep
 from app.orchestration.models import DagRun, TaskInstance
 
 PREFIX = "/api/v2"
-router = APIRouter(prefix=PREFIX, tags=["airflow-v2"], dependencies=[Depends(require_operator)],
-                   responses={401: {"description": "Not authenticated"}, 404: {"description": "Not found"}})
+
+
+def require_bearer_operator(request: Request, bearer: BearerDep) -> str:
+    """An operator's bearer token, refused as Airflow 3 refuses one: 401 when missing or
+    expired, 403 when invalid or of another kind."""
+    if bearer is None:
+        raise unauthorized("Not authenticated")
+    try:
+        return tokens.decode(installation(request).keyring, bearer.credentials, scopes=("operator",))["sub"]
+    except tokens.ExpiredToken:
+        raise unauthorized("Token Expired") from None
+    except (tokens.InvalidToken, tokens.WrongScope):
+        raise forbidden("Invalid JWT token") from None
+
+
+router = APIRouter(prefix=PREFIX, tags=["airflow-v2"], dependencies=[Depends(require_bearer_operator)],
+                   responses={401: {"description": "Not authenticated"}, 403: {"description": "Invalid JWT token"},
+                              404: {"description": "Not found"}})
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"
 

@@ -21,6 +21,10 @@ class InvalidToken(Exception):
     """Bad signature, unknown key, expired, malformed: the caller is not authenticated."""
 
 
+class ExpiredToken(InvalidToken):
+    """A token that was valid and has expired."""
+
+
 class WrongScope(Exception):
     """A valid token of another kind: authenticated, not allowed."""
 
@@ -60,7 +64,7 @@ def decode(keyring: KeyRing, token: str, *, scopes: tuple[str, ...]) -> dict[str
             token, keyring.keys[kid], algorithms=[ALGORITHM], options={"require": REQUIRED_CLAIMS}
         )
     except jwt.ExpiredSignatureError as exc:
-        raise InvalidToken("token expired") from exc
+        raise ExpiredToken("token expired") from exc
     except jwt.PyJWTError as exc:
         raise InvalidToken("invalid token") from exc
     if claims.get("scope") not in scopes:

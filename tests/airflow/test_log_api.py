@@ -61,7 +61,10 @@ class TestV2:
         assert client.get(other, params={"token": token}, headers=operator).status_code == 400
 
     def test_errors_take_airflow_3_shapes(self, client, operator):
-        assert client.get(V2).status_code == 401
+        missing = client.get(V2)
+        assert (missing.status_code, missing.json()) == (401, {"detail": "Not authenticated"})
+        forged = client.get(V2, headers={"Authorization": "Bearer not.a.token"})
+        assert (forged.status_code, forged.json()) == (403, {"detail": "Invalid JWT token"})
         resp = client.get("/api/v2/dags/dag/dagRuns/run/taskInstances/t/logs/1", headers=operator)
         assert resp.status_code == 404 and isinstance(resp.json()["detail"], str)
         resp = client.get("/api/v2/dags/dag/dagRuns/run/taskInstances/t/logs/x", headers=operator)
