@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     jwt_accepted_keys: dict[str, SecretStr] = {}
     operator_token_ttl_seconds: int = 3600
     worker_token_ttl_seconds: int = 7 * 24 * 3600
+    # Launcher tokens admit and update executions, nothing else (for workers and launchers).
+    launcher_token_ttl_seconds: int = 30 * 24 * 3600
     attempt_token_ttl_seconds: int = 3600
     # Renewal keeps orig_iat; past this lifetime from it an attempt token is not renewed.
     max_attempt_credential_lifetime_seconds: int = 7 * 24 * 3600

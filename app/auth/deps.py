@@ -49,6 +49,11 @@ def require_operator(request: Request, bearer: BearerDep) -> str:
     return verified_claims(request, bearer, "operator")["sub"]
 
 
+def require_launcher(request: Request, bearer: BearerDep) -> str:
+    """A launcher token (admission and execution updates only) or an operator's token."""
+    return verified_claims(request, bearer, "launcher", "operator")["sub"]
+
+
 def require_operator_or_basic(request: Request, bearer: BearerDep, basic: BasicDep) -> str:
     """An operator by bearer token or HTTP Basic (Airflow 2 clients, metric scrapers)."""
     if basic is not None and bearer is None:
@@ -83,6 +88,7 @@ def require_attempt(request: Request, bearer: BearerDep) -> tokens.AttemptClaims
 
 
 OperatorDep = Annotated[str, Depends(require_operator)]
+LauncherDep = Annotated[str, Depends(require_launcher)]
 OperatorOrBasicDep = Annotated[str, Depends(require_operator_or_basic)]
 WorkerDep = Annotated[uuid.UUID, Depends(require_worker)]
 AttemptDep = Annotated[tokens.AttemptClaims, Depends(require_attempt)]

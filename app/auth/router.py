@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from app.auth import tokens
-from app.auth.deps import installation, unauthorized
+from app.auth.deps import OperatorDep, installation, unauthorized
 from app.errors import AppError, problems
 from app.schemas import Strict
 
@@ -64,3 +64,18 @@ def login(request: Request, body: Annotated[LoginRequest, Depends(login_body)]) 
     if not installation(request).operator.check(body.username, body.password):
         raise unauthorized("Invalid username or password.")
     return TokenPublic(access_token=operator_token(request, body.username))
+
+
+class LauncherTokenPublic(BaseModel):
+    launcher_token: str
+    expires_in: int
+
+
+@router.post("/v1/auth/launcher-tokens", status_code=201, responses=problems(401, 403))
+def mint_launcher_token(request: Request, operator: OperatorDep) -> LauncherTokenPublic:
+    """A token for workers and launchers: it admits executions and updates them (PATCH,
+    reads of executions), and can do nothing else an operator can."""
+    ttl = request.app.state.settings.launcher_token_ttl_seconds
+    token = tokens.mint(installation(request).keyring, {"sub": f"launcher:{operator}", "scope": "launcher"},
+                        ttl_seconds=ttl)
+    return LauncherTokenPublic(launcher_token=token, expires_in=ttl)

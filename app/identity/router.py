@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Request, Response
 
 from app.auth import tokens
-from app.auth.deps import OperatorDep, installation
+from app.auth.deps import LauncherDep, OperatorDep, installation
 from app.db import SessionDep
 from app.errors import problems
 from app.identity import service
@@ -56,7 +56,7 @@ def seat_public(seat: Seat, execution: Execution | None) -> SeatPublic:
              responses={200: {"model": AdmissionPublic, "description": "Idempotent replay"}, **problems(409)})
 def admit_execution(
     seat: SeatPath, body: AdmissionRequest, session: SessionDep, request: Request, response: Response,
-    _: OperatorDep, idempotency_key: IdempotencyKey = None,
+    _: LauncherDep, idempotency_key: IdempotencyKey = None,
 ) -> AdmissionPublic:
     """Admit a new execution of the seat before its runtime is created."""
     execution, created = service.admit(session=session, seat=seat, request=body, idempotency_key=idempotency_key)
@@ -69,18 +69,18 @@ def admit_execution(
 
 
 @router.get("/seats/{seat}/executions", responses=problems())
-def list_seat_executions(seat: SeatPath, session: SessionDep, _: OperatorDep) -> ExecutionsPublic:
+def list_seat_executions(seat: SeatPath, session: SessionDep, _: LauncherDep) -> ExecutionsPublic:
     """Every execution of the seat, ordered by generation."""
     return ExecutionsPublic(items=[execution_public(e) for e in service.seat_executions(session=session, seat=seat)])
 
 
 @router.get("/executions/{execution_id}", responses=problems(404))
-def read_execution(execution_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> ExecutionPublic:
+def read_execution(execution_id: uuid.UUID, session: SessionDep, _: LauncherDep) -> ExecutionPublic:
     return execution_public(service.get_execution(session=session, execution_id=execution_id))
 
 
 @router.patch("/executions/{execution_id}", responses=problems(404, 409))
-def patch_execution(execution_id: uuid.UUID, body: ExecutionPatch, session: SessionDep, _: OperatorDep) -> ExecutionPublic:
+def patch_execution(execution_id: uuid.UUID, body: ExecutionPatch, session: SessionDep, _: LauncherDep) -> ExecutionPublic:
     """Bind pod_uid (once) and record the latest runtime observation."""
     return execution_public(service.update_execution(session=session, execution_id=execution_id, patch=body))
 

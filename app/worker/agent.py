@@ -90,17 +90,20 @@ class Worker:
                                                                "pid": os.getpid()},
                 "previous_execution_id": previous}
 
+    def _login(self) -> str:
+        """An operator token from the configured username and password."""
+        try:
+            return self._call(lambda: self.ctx.api.login(self.settings.username, self.settings.password), "log in")
+        except Refused as exc:
+            raise Fatal(f"operator login as {self.settings.username!r} refused ({exc.status}): check the "
+                        "credentials (FENCELINE_ADMIN_USERNAME, FENCELINE_ADMIN_PASSWORD or --password-file)") from exc
+
     def _admit(self) -> None:
         """Admit a new execution of the seat, naming the one this state directory last held.
         An admission cut short by a crash is replayed first (same Idempotency-Key), so its
         execution, not an older one, is the predecessor."""
         state, seat = self.ctx.state, self.settings.seat
-        try:
-            operator = self._call(lambda: self.ctx.api.login(self.settings.username, self.settings.password),
-                                  "log in")
-        except Refused as exc:
-            raise Fatal(f"operator login as {self.settings.username!r} refused ({exc.status}): check the "
-                        "credentials (FENCELINE_ADMIN_USERNAME, FENCELINE_ADMIN_PASSWORD or --password-file)") from exc
+        operator = self.settings.launcher_token or self._login()
         known = state.execution
         if known and known.get("seat") != seat:
             raise Fatal(f"{state.root} belongs to seat {known.get('seat')!r}, not {seat!r}: use another --state-dir")

@@ -67,7 +67,7 @@ CORRELATION_ENV = {
 def task_env(payload: dict[str, Any], correlation: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
     """The worker's environment without its own secrets, the correlation bag, then the
     payload's env (which wins, except over the bag: user code must not be lied to)."""
-    env = {k: v for k, v in base.items() if k not in ("FENCELINE_ADMIN_PASSWORD",)}
+    env = {k: v for k, v in base.items() if k not in ("FENCELINE_ADMIN_PASSWORD", "FENCELINE_LAUNCHER_TOKEN")}
     env["PYTHONUNBUFFERED"] = "1"  # log lines arrive as they are printed, not when a buffer fills
     env.update(payload.get("env") or {})
     for field, name in CORRELATION_ENV.items():

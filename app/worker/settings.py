@@ -19,6 +19,7 @@ class WorkerSettings:
     grace_period: float
     username: str
     password: str = field(repr=False)
+    launcher_token: str = field(default="", repr=False)  # admits without the operator password
 
 
 def _env(name: str, default: str) -> str:
@@ -50,17 +51,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="operator username, to admit this worker (env FENCELINE_ADMIN_USERNAME)")
     parser.add_argument("--password-file", type=Path, default=None,
                         help="file holding the operator password (else env FENCELINE_ADMIN_PASSWORD)")
+    parser.add_argument("--token-file", type=Path, default=None,
+                        help="file holding a launcher token from POST /v1/auth/launcher-tokens, used instead of "
+                             "the operator password: it can only admit and update executions "
+                             "(else env FENCELINE_LAUNCHER_TOKEN)")
 
 
 def from_args(args: argparse.Namespace) -> WorkerSettings:
     """The settings; ValueError naming what is missing or wrong."""
+    if args.token_file is not None:
+        launcher_token = args.token_file.read_text().strip()
+    else:
+        launcher_token = os.environ.get("FENCELINE_LAUNCHER_TOKEN", "")
     if args.password_file is not None:
         password = args.password_file.read_text().strip()
     else:
         password = os.environ.get("FENCELINE_ADMIN_PASSWORD", "")
-    if not password:
-        raise ValueError("the operator password is needed to admit the worker: set FENCELINE_ADMIN_PASSWORD "
-                         "or pass --password-file")
+    if not password and not launcher_token:
+        raise ValueError("a credential is needed to admit the worker: a launcher token (FENCELINE_LAUNCHER_TOKEN "
+                         "or --token-file) or the operator password (FENCELINE_ADMIN_PASSWORD or --password-file)")
     if args.concurrency < 1:
         raise ValueError("--concurrency must be at least 1")
     for name in ("heartbeat_interval", "poll_interval"):
@@ -71,4 +80,5 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
         server=args.server, seat=args.seat, swarm=args.swarm, concurrency=args.concurrency,
         state_dir=state_dir, heartbeat_interval=args.heartbeat_interval, poll_interval=args.poll_interval,
         grace_period=max(0.0, args.grace_period), username=args.username, password=password,
+        launcher_token=launcher_token,
     )

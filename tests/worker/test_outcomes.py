@@ -32,9 +32,10 @@ class TestTaskEnv:
         bag = {"ti_id": "t1", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1, "try_number": 2,
                "attempt_epoch": 5, "tenant_id": None, "trace_id": "tr"}
         env = task_env({"env": {"FENCELINE_TRY_NUMBER": "9", "MINE": "1"}}, bag,
-                       {"PATH": "/bin", "FENCELINE_ADMIN_PASSWORD": "secret"})
+                       {"PATH": "/bin", "FENCELINE_ADMIN_PASSWORD": "secret", "FENCELINE_LAUNCHER_TOKEN": "t"})
         assert (env["FENCELINE_TRY_NUMBER"], env["FENCELINE_ATTEMPT_EPOCH"], env["MINE"]) == ("2", "5", "1")
         assert env["FENCELINE_TENANT_ID"] == "" and "FENCELINE_ADMIN_PASSWORD" not in env
+        assert "FENCELINE_LAUNCHER_TOKEN" not in env
 
 
 class TestUtf8Cut:

@@ -5,6 +5,19 @@ from tests.worker.conftest import Api, wait_until
 
 
 class TestStartup:
+    def test_a_launcher_token_admits_without_the_operator_password(self, serve, workers):
+        server = serve()
+        api = Api(server)
+        token = api.post("/v1/auth/launcher-tokens", expect=201)["launcher_token"]
+        worker = workers(server, "etl-a", extra_env={"FENCELINE_ADMIN_PASSWORD": "", "FENCELINE_LAUNCHER_TOKEN": token})
+        wait_until(lambda: api.http.get("/v1/seats/etl-a").status_code == 200, "the admission")
+        assert worker.stop() == 0
+
+    def test_no_credential_at_all(self, serve, workers):
+        worker = workers(serve(), "etl-a", extra_env={"FENCELINE_ADMIN_PASSWORD": ""})
+        assert worker.proc.wait(timeout=30) == 2  # a usage error
+        assert "a credential is needed to admit the worker" in worker.output
+
     def test_wrong_operator_credentials(self, serve, workers):
         server = serve()
         worker = workers(server, "etl-a", extra_env={"FENCELINE_ADMIN_PASSWORD": "wrong-" + ADMIN_PASSWORD})
