@@ -91,32 +91,35 @@ def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reope
     become upstream_failed; with `reopen`, upstream_failed tasks wait again.
     """
     lock_run(session, dag_run_id)
-    tis = run_task_instances(session=session, dag_run_id=dag_run_id)
     if reopen:
-        reopened = [ti.id for ti in tis if ti.state == s.UPSTREAM_FAILED]
-        if reopened:
-            session.execute(update(TaskInstance).where(TaskInstance.id.in_(reopened), TaskInstance.state == s.UPSTREAM_FAILED)
-                            .values(state=s.NONE, updated_at=now).execution_options(synchronize_session=False))
-            tis = run_task_instances(session=session, dag_run_id=dag_run_id)
-    state = {ti.id: ti.state for ti in tis}
-    by_task: dict[str, list[TaskInstance]] = {}
-    for ti in tis:
-        by_task.setdefault(ti.task_id, []).append(ti)
+        session.execute(update(TaskInstance)
+                        .where(TaskInstance.dag_run_id == dag_run_id, TaskInstance.state == s.UPSTREAM_FAILED)
+                        .values(state=s.NONE, updated_at=now).execution_options(synchronize_session=False))
+    # Only what readiness needs, not whole rows: this runs on every finished task instance.
+    rows = session.execute(
+        select(TaskInstance.id, TaskInstance.task_id, TaskInstance.state, TaskInstance.upstream_task_ids)
+        .where(TaskInstance.dag_run_id == dag_run_id)).all()
+    stored = {row.id: row.state for row in rows}
+    state = dict(stored)
+    by_task: dict[str, list[uuid.UUID]] = {}
+    for row in rows:
+        by_task.setdefault(row.task_id, []).append(row.id)
     changed = True
     while changed:  # upstream_failed propagates down the graph
         changed = False
-        for ti in tis:
-            if state[ti.id] != s.NONE:
+        for row in rows:
+            if state[row.id] != s.NONE:
                 continue
-            upstream = [state[u.id] for task in ti.upstream_task_ids for u in by_task.get(task, [])]
+            upstream = [state[u] for task in row.upstream_task_ids for u in by_task.get(task, [])]
             if any(st in s.FAILED_STATES for st in upstream):
-                state[ti.id], changed = s.UPSTREAM_FAILED, True
+                state[row.id], changed = s.UPSTREAM_FAILED, True
             elif all(st == s.SUCCESS for st in upstream):
-                state[ti.id], changed = s.SCHEDULED, True
-    for ti in tis:
-        if state[ti.id] != ti.state:
-            session.execute(update(TaskInstance).where(TaskInstance.id == ti.id, TaskInstance.state == s.NONE)
-                            .values(state=state[ti.id], updated_at=now).execution_options(synchronize_session=False))
+                state[row.id], changed = s.SCHEDULED, True
+    for target in (s.SCHEDULED, s.UPSTREAM_FAILED):
+        moved = [ti_id for ti_id, st in state.items() if st == target and stored[ti_id] != target]
+        if moved:
+            session.execute(update(TaskInstance).where(TaskInstance.id.in_(moved), TaskInstance.state == s.NONE)
+                            .values(state=target, updated_at=now).execution_options(synchronize_session=False))
     finals = set(state.values())
     if finals <= set(s.FINISHED):
         run_state, ended = (s.SUCCESS if finals == {s.SUCCESS} else s.FAILED), now
