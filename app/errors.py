@@ -111,7 +111,26 @@ _STATUS_TYPES = {
 }
 
 
+class RefuseNulInUrl:
+    """A NUL character in the path or query is refused before routing (422 `invalid-value`):
+    PostgreSQL cannot store or compare it, and both databases must answer alike."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        query = scope.get("query_string", b"") if scope["type"] == "http" else b""
+        if scope["type"] == "http" and ("\x00" in scope["path"] or b"%00" in query or b"\x00" in query):
+            response = render(Request(scope), 422, "invalid-value", "Invalid value",
+                              "The path or query contains a NUL character.")
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_middleware(RefuseNulInUrl)
+
     @app.exception_handler(AppError)
     async def _app_error(request: Request, exc: AppError) -> JSONResponse:
         return render(request, exc.status, exc.type, exc.title, exc.detail, headers=exc.headers or None, **exc.extra)
@@ -154,7 +173,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StatementError)
     async def _statement_error(request: Request, exc: StatementError) -> JSONResponse:
         # SQLAlchemy wraps what the driver raised while binding parameters.
-        if isinstance(exc.orig, (UnicodeEncodeError, OverflowError, ValueError)):
+        if isinstance(exc.orig, (UnicodeEncodeError, OverflowError)):
             return await _unstorable(request, exc)
         return await _internal_error(request, exc)
 

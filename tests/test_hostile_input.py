@@ -62,3 +62,17 @@ class TestObservationReason:
         assert resp.status_code == 422
         ti = client.get(f"/v1/task-instances/{run['task_instances'][0]['ti_id']}", headers=operator).json()
         assert ti["state"] == "running"
+
+
+class TestNul:
+    def test_a_nul_in_the_path_or_query_is_422_on_both_databases(self, client, operator):
+        assert client.get("/v1/runs", params={"dag_id": "a\x00b"}, headers=operator).status_code == 422
+        assert client.get("/v1/runs/a%00b/r", headers=operator).status_code == 422
+
+    def test_a_nul_in_task_output_is_kept_in_the_log(self, client, operator):
+        create_run(client, operator)
+        _, attempt = claim_one(client, worker(client, operator))
+        resp = client.post("/v1/attempts/logs", json={"offset": 0, "content": "before\x00after\n"}, headers=attempt)
+        assert resp.json() == {"size": 13}
+        ti = client.get("/v1/runs/dag/run", headers=operator).json()["task_instances"][0]["ti_id"]
+        assert client.get(f"/v1/task-instances/{ti}/tries/1/log", headers=operator).text.endswith("before\x00after\n")

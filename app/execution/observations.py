@@ -27,13 +27,15 @@ def observe(*, session: Session, observation: ObservationIn, backoff: Backoff,
     ti = session.get(TaskInstance, observation.ti_id)
     if ti is None:
         raise not_found("task-instance", f"No task instance {observation.ti_id}.")
+    settled = None
+    if observation.outcome is not None:
+        # Settle first: the fence locks the run, then the task instance, then the attempt
+        # record, in the order every settling path takes them.
+        token = AttemptClaims(ti.id, observation.try_number, observation.attempt_epoch, 0, {})
+        settled = fence.report(session=session, token=token, backoff=backoff, now=now,
+                               body=Report(state=observation.outcome, reason=observation.reason))
     recorded = find_attempt(session, ti.id, observation.try_number, observation.attempt_epoch) is not None
     if recorded:
         update_attempt(session, ti.id, observation.try_number, observation.attempt_epoch,
                        observed_phase=observation.phase, observed_reason=observation.reason)
-    if observation.outcome is None:
-        return ti, recorded, False
-    token = AttemptClaims(ti.id, observation.try_number, observation.attempt_epoch, 0, {})
-    settled = fence.report(session=session, token=token, backoff=backoff, now=now,
-                           body=Report(state=observation.outcome, reason=observation.reason))
-    return settled, recorded, True
+    return settled or ti, recorded, settled is not None

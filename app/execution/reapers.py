@@ -107,11 +107,13 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
     postgres = is_postgres(session)
     if postgres and not session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": SWEEP_LOCK_KEY}).scalar():
         return None
-    promote_eligible(session=session, now=now, skip_locked=postgres)
     marked: dict[str, int] = {}
     for candidate in find_candidates(session=session, thresholds=thresholds, now=now):
         if mark(session=session, candidate=candidate, backoff=backoff, now=now):
             marked[candidate.reason] = marked.get(candidate.reason, 0) + 1
+    # Promotion locks task instances without their runs, so it comes after the marks (which
+    # lock runs first): a sweep never waits for a run while holding a task instance.
+    promote_eligible(session=session, now=now, skip_locked=postgres)
     return marked
 
 

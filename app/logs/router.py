@@ -33,6 +33,7 @@ def limit_request_size(request: Request) -> None:
 
 
 class LogAppend(Strict):
+    allow_nul = True  # task output may hold NUL bytes; the log store keeps them
     offset: Annotated[int, Field(ge=0, description="The byte length the agent believes is already stored.")]
     content: str = Field(description="Text lines; a line may be a JSON object with timestamp, level and event.")
 

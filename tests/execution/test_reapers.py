@@ -6,12 +6,21 @@ import threading
 import time
 from datetime import datetime, timedelta
 
+import pytest
 from sqlmodel import Session
 
 from app.db import utcnow
 from app.execution import reapers
 from app.orchestration.rails import Backoff
-from tests.agents import Worker, assert_stale, create_run, reap, read_attempts, read_ti, task
+from tests.agents import (
+    Worker,
+    assert_stale,
+    create_run,
+    read_attempts,
+    read_ti,
+    reap,
+    task,
+)
 
 THRESHOLDS = reapers.Thresholds(agent_lost=timedelta(seconds=120), dispatch_lost=timedelta(seconds=600))
 NO_BACKOFF = Backoff(0)
@@ -97,48 +106,90 @@ class TestMark:
         assert read_ti(client, operator, attempt.ti_id) == before
 
 
+def _wait_for_a_lock_wait(engine) -> None:
+    """Until some backend waits on a lock (its own connection: activity is per transaction)."""
+    deadline = time.monotonic() + 30
+    with engine.connect() as watcher:
+        while not watcher.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").scalar():
+            watcher.rollback()
+            assert time.monotonic() < deadline, "the other writer never waited on the run"
+            time.sleep(0.01)
+
+
 class TestLockOrder:
-    def test_a_sweep_holding_a_run_and_a_report_waiting_on_it_do_not_deadlock(self, client, operator, engine,
-                                                                               live_server, is_postgres):
-        """The reaper marks A (locking the run), B's agent reports success (waiting for the run),
-        the reaper marks B: B's report must not hold B's row while it waits, so the sweep goes
-        through and the late report is stale."""
+    """A sweep holds the run of every attempt it marked until it commits. A settling write on
+    another attempt of that run (a report, an observation, an operator's clear) must wait for
+    the run before it holds anything the sweep wants next, or PostgreSQL aborts one of them."""
+
+    @pytest.mark.parametrize("writer", ["report", "observation", "clear"])
+    def test_a_sweep_and_a_writer_waiting_on_its_run_do_not_deadlock(self, writer, client, operator, engine,
+                                                                     live_server, is_postgres):
         if not is_postgres:
-            return  # SQLite serialises whole transactions: there is no lock order to get wrong
+            pytest.skip("SQLite serialises whole transactions: there is no lock order to get wrong")
         create_run(client, operator, task("a", max_infra_attempts=0), task("b", max_infra_attempts=0))
-        worker = Worker(client, operator)
-        a, b = sorted(worker.claim(2), key=lambda attempt: attempt.task_id)
+        a, b = sorted(Worker(client, operator).claim(2), key=lambda attempt: attempt.task_id)
         a.report("running")
         b.report("running")
+        requests = {
+            "report": ("/v1/attempts/report", {"state": "success"}, {"Authorization": f"Bearer {b.token}"}),
+            "observation": ("/v1/observations", {"ti_id": b.ti_id, "try_number": 1, "attempt_epoch": b.epoch,
+                                                 "phase": "Failed", "outcome": "unexecutable", "reason": "evicted"},
+                            operator),
+            "clear": (f"/v1/task-instances/{b.ti_id}/clear", None, operator),
+        }
+        path, body, headers = requests[writer]
+        answers = []
+
+        def write() -> None:
+            with live_server.client() as http:
+                answers.append(http.post(path, json=body, headers=headers))
+
         with Session(engine) as session:
-            candidates = {c.ti_id: c for c in reapers.find_candidates(
+            candidates = {str(c.ti_id): c for c in reapers.find_candidates(
                 session=session, thresholds=reapers.Thresholds(timedelta(0), timedelta(0)),
                 now=utcnow() + timedelta(seconds=1))}
-            assert reapers.mark(session=session, candidate=candidates[reapers.uuid.UUID(a.ti_id)],
-                                backoff=NO_BACKOFF, now=utcnow())
-            answers = []
-
-            def report_b() -> None:
-                with live_server.client() as http:
-                    answers.append(http.post("/v1/attempts/report", json={"state": "success"},
-                                             headers={"Authorization": f"Bearer {b.token}"}))
-
-            reporter = threading.Thread(target=report_b)
-            reporter.start()
-            deadline = time.monotonic() + 30
-            with engine.connect() as watcher:  # its own connection: activity is snapshotted per transaction
-                while not watcher.exec_driver_sql(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").scalar():
-                    watcher.rollback()
-                    assert time.monotonic() < deadline, "the report never waited on the run"
-                    time.sleep(0.01)
-            assert reapers.mark(session=session, candidate=candidates[reapers.uuid.UUID(b.ti_id)],
-                                backoff=NO_BACKOFF, now=utcnow())
+            assert reapers.mark(session=session, candidate=candidates[a.ti_id], backoff=NO_BACKOFF, now=utcnow())
+            thread = threading.Thread(target=write)
+            thread.start()
+            _wait_for_a_lock_wait(engine)
+            assert reapers.mark(session=session, candidate=candidates[b.ti_id], backoff=NO_BACKOFF, now=utcnow())
             session.commit()
-        reporter.join(timeout=30)
-        assert answers[0].status_code == 409 and answers[0].json()["type"] == "stale-report"
-        states = {t["task_id"]: t["state"] for t in client.get("/v1/runs/d/r", headers=operator).json()["task_instances"]}
-        assert states == {"a": "infra_failed", "b": "infra_failed"}
+        thread.join(timeout=30)
+        assert answers[0].status_code != 503, answers[0].text  # 503: PostgreSQL broke a deadlock
+        if writer != "clear":
+            assert answers[0].status_code == 409 and answers[0].json()["type"] == "stale-report"
+        assert read_ti(client, operator, a.ti_id)["state"] == "infra_failed"
+
+
+    def test_promotion_after_the_marks_does_not_deadlock_with_a_clear(self, client, operator, engine,
+                                                                     live_server, is_postgres):
+        """sweep() marks first and promotes due retries last, as here: a clear of a due retry
+        waits for the run the marks hold, and promotion then skips nothing it waits for."""
+        if not is_postgres:
+            pytest.skip("SQLite serialises whole transactions: there is no lock order to get wrong")
+        create_run(client, operator, task("a", max_infra_attempts=0), task("c", retries=1))
+        attempts = {x.task_id: x for x in Worker(client, operator).claim(2)}
+        attempts["a"].report("running")
+        attempts["c"].report("failed")  # up_for_retry, due at once (retry_delay 0)
+        answers = []
+
+        def clear_c() -> None:
+            with live_server.client() as http:
+                answers.append(http.post(f"/v1/task-instances/{attempts['c'].ti_id}/clear", headers=operator))
+
+        with Session(engine) as session:
+            (candidate,) = [c for c in reapers.find_candidates(
+                session=session, thresholds=reapers.Thresholds(timedelta(0), timedelta(0)),
+                now=utcnow() + timedelta(seconds=1)) if str(c.ti_id) == attempts["a"].ti_id]
+            assert reapers.mark(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
+            thread = threading.Thread(target=clear_c)
+            thread.start()
+            _wait_for_a_lock_wait(engine)
+            reapers.promote_eligible(session=session, now=utcnow(), skip_locked=True)
+            session.commit()
+        thread.join(timeout=30)
+        assert answers[0].status_code in (200, 409), answers[0].text
 
 
 class TestSweep:
