@@ -1,12 +1,13 @@
 """What both Airflow versions read: runs, task instances, a try per entry, and log pages."""
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import Query
-from sqlalchemy import func, select
+from sqlalchemy import func, select, tuple_
 from sqlmodel import Session
 
 from app.errors import AppError
@@ -119,6 +120,20 @@ def tries(session: Session, ti: TaskInstance) -> list[TryView]:
     current_state = s.FAILED if ti.state == s.UP_FOR_RETRY else ti.state
     views.append(_view(ti, ti.try_number, current_state, ti, epochs.get(ti.try_number, [])))
     return views
+
+
+def current_tries(session: Session, tis: list[TaskInstance]) -> list[TryView]:
+    """The current try of each task instance as the task instance routes show it (its own
+    state, up_for_retry included), with its epochs read by one query for the whole page."""
+    if not tis:
+        return []
+    epochs: dict[uuid.UUID, list[TaskAttempt]] = {}
+    for attempt in session.execute(
+            select(TaskAttempt)
+            .where(tuple_(TaskAttempt.task_instance_id, TaskAttempt.try_number).in_([(ti.id, ti.try_number) for ti in tis]))
+            .order_by(TaskAttempt.attempt_epoch)).scalars():
+        epochs.setdefault(attempt.task_instance_id, []).append(attempt)
+    return [_view(ti, ti.try_number, ti.state, ti, epochs.get(ti.id, [])) for ti in tis]
 
 
 def _view(ti: TaskInstance, number: int, state: str, row: TaskInstance | TaskInstanceHistory | None,

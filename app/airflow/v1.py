@@ -159,12 +159,12 @@ def run_model(run: DagRun) -> DAGRun:
                   state=run.state, conf=run.conf)
 
 
-def try_model(view: TryView, state: str | None = None) -> TaskInstance:
+def try_model(view: TryView) -> TaskInstance:
     ti = view.ti
     return TaskInstance(
         task_id=ti.task_id, task_display_name=ti.task_id, dag_id=ti.dag_id, dag_run_id=ti.run_id,
         execution_date=ti.created_at.isoformat(), start_date=_iso(view.start_date), end_date=_iso(view.end_date),
-        duration=view.duration, state=view.state if state is None else state, try_number=view.try_number,
+        duration=view.duration, state=view.state, try_number=view.try_number,
         map_index=ti.map_index, max_tries=ti.max_tries, queued_when=_iso(view.queued_at),
         attempt_epoch=view.attempt_epoch, infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
         epochs=[{"attempt_epoch": e.attempt_epoch, "execution_id": str(e.execution_id) if e.execution_id else None,
@@ -173,8 +173,8 @@ def try_model(view: TryView, state: str | None = None) -> TaskInstance:
     )
 
 
-def ti_model(session: SessionDep, ti: TaskInstanceRow) -> TaskInstance:
-    return try_model(service.tries(session, ti)[-1], state=service.airflow_state(ti.state))
+def ti_models(session: SessionDep, tis: list[TaskInstanceRow]) -> list[TaskInstance]:
+    return [try_model(view) for view in service.current_tries(session, tis)]
 
 
 # --- routes ---------------------------------------------------------------------------------
@@ -202,12 +202,13 @@ def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep, limit:
                        offset: Offset = 0) -> TaskInstanceCollection:
     run = service.get_run(session, dag_id, dag_run_id)
     tis, total = service.list_task_instances(session, run, limit, offset)
-    return TaskInstanceCollection(task_instances=[ti_model(session, ti) for ti in tis], total_entries=total)
+    return TaskInstanceCollection(task_instances=ti_models(session, tis), total_entries=total)
 
 
 @router.get(TI + "/{task_id}")
 def get_task_instance(dag_id: str, dag_run_id: str, task_id: str, session: SessionDep) -> TaskInstance:
-    return ti_model(session, service.get_task_instance(session, dag_id, dag_run_id, task_id, -1, mapped_route=False))
+    ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, -1, mapped_route=False)
+    return ti_models(session, [ti])[0]
 
 
 @router.get(TI + "/{task_id}/tries")
@@ -248,8 +249,8 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, se
 @router.get(TI + "/{task_id}/{map_index}")
 def get_mapped_task_instance(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
                              session: SessionDep) -> TaskInstance:
-    return ti_model(session, service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index,
-                                                       mapped_route=True))
+    ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
+    return ti_models(session, [ti])[0]
 
 
 @router.get(TI + "/{task_id}/{map_index}/tries")

@@ -220,14 +220,12 @@ def try_response(view: TryView) -> dict[str, Any]:
     )
 
 
-def ti_response(session: SessionDep, ti: TaskInstance) -> TaskInstanceResponse:
-    """The live task instance: its own state (up_for_retry included), its current try's epochs."""
-    view = service.tries(session, ti)[-1]
-    fields = try_response(view)
-    fields["state"] = service.airflow_state(ti.state)
-    run_after = ti.created_at
-    return TaskInstanceResponse(**fields, id=str(ti.id), logical_date=run_after, run_after=run_after,
-                                execution_id=str(ti.execution_id) if ti.execution_id else None)
+def ti_responses(session: SessionDep, tis: list[TaskInstance]) -> list[TaskInstanceResponse]:
+    """The live task instances: each its own state (up_for_retry included), its current try's epochs."""
+    return [TaskInstanceResponse(**try_response(view), id=str(view.ti.id), logical_date=view.ti.created_at,
+                                 run_after=view.ti.created_at,
+                                 execution_id=str(view.ti.execution_id) if view.ti.execution_id else None)
+            for view in service.current_tries(session, tis)]
 
 
 # --- routes ---------------------------------------------------------------------------------
@@ -255,12 +253,13 @@ def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep, limit:
                        offset: Offset = 0) -> TaskInstanceCollectionResponse:
     run = service.get_run(session, dag_id, dag_run_id)
     tis, total = service.list_task_instances(session, run, limit, offset)
-    return TaskInstanceCollectionResponse(task_instances=[ti_response(session, ti) for ti in tis], total_entries=total)
+    return TaskInstanceCollectionResponse(task_instances=ti_responses(session, tis), total_entries=total)
 
 
 @router.get(TI + "/{task_id}")
 def get_task_instance(dag_id: str, dag_run_id: str, task_id: str, session: SessionDep) -> TaskInstanceResponse:
-    return ti_response(session, service.get_task_instance(session, dag_id, dag_run_id, task_id, -1, mapped_route=False))
+    ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, -1, mapped_route=False)
+    return ti_responses(session, [ti])[0]
 
 
 @router.get(TI + "/{task_id}/tries")
@@ -310,8 +309,8 @@ def _json_log(lines: Any, next_token: str | None) -> Any:
 @router.get(TI + "/{task_id}/{map_index}")
 def get_mapped_task_instance(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
                              session: SessionDep) -> TaskInstanceResponse:
-    return ti_response(session, service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index,
-                                                          mapped_route=True))
+    ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
+    return ti_responses(session, [ti])[0]
 
 
 @router.get(TI + "/{task_id}/{map_index}/tries")
