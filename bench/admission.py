@@ -7,16 +7,14 @@ Run: python bench/admission.py [--seconds 5] [--clients 1,8] [--url URL --passwo
 
 import argparse
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ADMIN_PASSWORD, Server, percentile, table  # noqa: E402
+from bench.common import ADMIN_PASSWORD, Server, concurrent_rate, table  # noqa: E402
 
 
 def admit_chain(client: httpx.Client, operator: dict[str, str], seat: str, deadline: float,
@@ -33,24 +31,11 @@ def admit_chain(client: httpx.Client, operator: dict[str, str], seat: str, deadl
 
 
 def measure(connect, operator: dict[str, str], clients: int, seconds: float, label: str) -> list[object]:
-    per_client: list[list[float]] = [[] for _ in range(clients)]
-    barrier = threading.Barrier(clients + 1)
-
-    def run(n: int) -> None:
+    def work(n: int, deadline: float, samples: list[float]) -> None:
         with connect() as client:
-            barrier.wait()
-            admit_chain(client, operator, f"bench-{label}-{clients}-{n}", time.monotonic() + seconds, per_client[n])
+            admit_chain(client, operator, f"bench-{label}-{clients}-{n}", deadline, samples)
 
-    with ThreadPoolExecutor(max_workers=clients) as pool:
-        futures = [pool.submit(run, n) for n in range(clients)]
-        barrier.wait()
-        start = time.perf_counter()
-        for f in futures:
-            f.result()  # a failed admission fails the benchmark
-        elapsed = time.perf_counter() - start
-    samples = [s for got in per_client for s in got]
-    return [clients, len(samples), len(samples) / elapsed, percentile(samples, 0.5) * 1000,
-            percentile(samples, 0.99) * 1000]
+    return concurrent_rate(clients, seconds, work)
 
 
 def login(client: httpx.Client, password: str) -> dict[str, str]:
