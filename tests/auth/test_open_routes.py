@@ -1,0 +1,29 @@
+"""Contract 6: only /health, /openapi.json and the docs pages answer without a token, and the
+login route, without which nobody could get one. (The dashboard's pages, which redirect to
+its login form instead, are covered in tests/ui.)"""
+
+import re
+
+OPEN = {"/health", "/auth/token"}
+
+
+def concrete(path: str) -> str:
+    """A route path with every parameter filled in (authentication is checked before them)."""
+    return re.sub(r"\{[^}]+\}", "1", path)
+
+
+def test_every_other_route_refuses_an_anonymous_caller(client):
+    checked = 0
+    for path, operations in client.app.openapi()["paths"].items():
+        if path in OPEN:
+            continue
+        for method in operations:
+            resp = client.request(method.upper(), concrete(path), json={}, follow_redirects=False)
+            assert resp.status_code == 401, (method, path, resp.status_code)
+            checked += 1
+    assert checked > 40
+
+
+def test_the_documentation_is_open(client):
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        assert client.get(path).status_code == 200
