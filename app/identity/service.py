@@ -180,18 +180,23 @@ def update_execution(*, session: Session, execution_id: uuid.UUID, patch: Execut
             current_execution_id=execution.superseded_by,
         )
 
+    def identity_conflict(detail: str) -> AppError:
+        return refusal(swarm, "identity-conflict", "Identity conflict", detail)
+
+    def bound_already() -> AppError:
+        return identity_conflict(f"Execution {execution_id} is already bound to pod_uid {execution.pod_uid!r}.")
+
     if execution.superseded_by is not None:
         raise stale()
     if (field := _immutable_mismatch(execution, patch)) is not None:
-        raise refusal(swarm, "identity-conflict", "Identity conflict", f"{field} is immutable once admitted.")
+        raise identity_conflict(f"{field} is immutable once admitted.")
     pod_uid = patch.pod_uid or (patch.runtime_target or {}).get("pod_uid")
     now = utcnow()
     if pod_uid is not None and execution.pod_uid != pod_uid:
         if execution.runtime_backend != "kubernetes":
-            raise refusal(swarm, "identity-conflict", "Identity conflict", "Only a kubernetes execution binds a pod_uid.")
+            raise identity_conflict("Only a kubernetes execution binds a pod_uid.")
         if execution.pod_uid is not None:
-            raise refusal(swarm, "identity-conflict", "Identity conflict",
-                          f"Execution {execution_id} is already bound to pod_uid {execution.pod_uid!r}.")
+            raise bound_already()
         if err := _pod_uid_reused(session, swarm, pod_uid, execution_id):
             raise err
         try:
@@ -210,8 +215,7 @@ def update_execution(*, session: Session, execution_id: uuid.UUID, patch: Execut
             if execution.superseded_by is not None:
                 raise stale()
             if execution.pod_uid != pod_uid:
-                raise refusal(swarm, "identity-conflict", "Identity conflict",
-                              f"Execution {execution_id} is already bound to pod_uid {execution.pod_uid!r}.")
+                raise bound_already()
     if (obs := patch.observation) is not None:
         recorded = session.execute(
             update(Execution)
