@@ -23,12 +23,22 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# Exit statuses of `fenceline serve` (docs/operations.md).
+EXIT_SCHEMA_NOT_AT_HEAD = 5
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.main import create_app
 
-    url = _migrate()
+    if args.no_migrate:
+        url = get_settings().resolved_database_url
+        if (mismatch := _schema_mismatch(url)) is not None:
+            print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
+            return EXIT_SCHEMA_NOT_AT_HEAD
+    else:
+        url = _migrate()
     settings = get_settings()
     print(f"fenceline: data in {_redacted(url)}", flush=True)
     print(
@@ -42,6 +52,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "and printed at this installation's first start", flush=True)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
     return 0
+
+
+def _schema_mismatch(url: str) -> str | None:
+    """Why the schema at `url` cannot be served without migrating, if it cannot."""
+    from app.migrate import head_revision, schema_revision
+
+    current, head = schema_revision(url), head_revision()
+    if current == head:
+        return None
+    return (f"the database schema is at revision {current or 'none (never migrated)'} but this version's "
+            f"migrations end at {head}; run `fenceline migrate` (or the migration job) with this version first")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -69,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--no-migrate", action="store_true",
+                       help="do not migrate; refuse to start (exit 5) unless the schema is at the migrations' head")
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="upgrade the database to the latest revision")
     migrate.set_defaults(func=cmd_migrate)

@@ -16,6 +16,12 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("FENCELINE_DATABASE_URL", "DATABASE_URL")
     )
 
+    # Database connections of one server process: the pool, the overflow beyond it, and how
+    # long a request waits for a free connection before it is answered 503.
+    database_pool_size: int = Field(default=10, ge=1)
+    database_max_overflow: int = Field(default=40, ge=0)
+    database_pool_timeout_seconds: float = Field(default=30.0, gt=0)
+
     # Operator credentials. With no password configured, a fresh install generates one,
     # stores only its hash and prints it once.
     admin_username: str = "admin"

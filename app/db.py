@@ -1,16 +1,20 @@
-"""Engine, sessions, and the column types shared by every table.
+"""Engines, transactions, database faults, and the column types shared by every table.
 
-One code path for SQLite and PostgreSQL (docs/decisions/0001-two-databases.md). SQLite
-transactions begin IMMEDIATE so that a read-then-write transaction never fails half-way on a
-lock upgrade; writers queue on the busy timeout instead.
+One code path for SQLite and PostgreSQL (docs/decisions/0001-two-databases.md). A writing
+transaction on SQLite begins IMMEDIATE, so that a read-then-write transaction never fails
+half-way on a lock upgrade (writers queue on the busy timeout instead); a reading transaction
+begins deferred and read-only on both databases, so reads never queue behind writers and can
+never write.
 """
 
-from collections.abc import Iterator
+import enum
+import sqlite3
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, Request
-from sqlalchemy import JSON, DateTime, Engine, MetaData, create_engine, event, literal_column
+from sqlalchemy import JSON, DateTime, Engine, MetaData, Select, create_engine, event, func, literal_column, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Session, SQLModel
 
@@ -55,9 +59,15 @@ class UTCDateTime(TypeDecorator):
 JSONType = JSON
 
 
-def make_engine(url: str) -> Engine:
+# An execution option that marks a reading engine: its transactions begin read-only.
+READ_ONLY = "fenceline_read_only"
+
+
+def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 40, pool_timeout: float = 30.0) -> Engine:
+    """An engine for `url`; the pool figures bound the connections one process opens."""
+    pool = {"pool_size": pool_size, "max_overflow": max_overflow, "pool_timeout": pool_timeout}
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pool)
 
         @event.listens_for(engine, "connect")
         def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -72,10 +82,23 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            if conn.get_execution_options().get(READ_ONLY):
+                conn.exec_driver_sql("PRAGMA query_only=ON")
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("PRAGMA query_only=OFF")
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_size=10, max_overflow=40, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, **pool)
+
+
+def reading(engine: Engine) -> Engine:
+    """The same engine and pool, for transactions that only read: deferred on SQLite (no
+    write lock taken), and refused any write on both databases."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(postgresql_readonly=True)
+    return engine.execution_options(**{READ_ONLY: True})
 
 
 def is_postgres(session_or_engine: Session | Engine) -> bool:
@@ -83,19 +106,54 @@ def is_postgres(session_or_engine: Session | Engine) -> bool:
     return bind.dialect.name == "postgresql"
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    """One transaction per request, committed when the endpoint returns, before the
-    response is sent: a failed commit becomes a 5xx, never a 200 for a lost write."""
-    with Session(request.app.state.engine, expire_on_commit=False) as session:
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
+def paginate(session: Session, query: Select, limit: int, offset: int) -> tuple[list[Any], int]:
+    """One page of `query` (already ordered) and the total count of its rows: entities when
+    it selects one, else rows."""
+    total = session.execute(select(func.count()).select_from(query.order_by(None).subquery())).scalar_one()
+    rows = session.execute(query.limit(limit).offset(offset))
+    return list(rows.scalars() if len(query.column_descriptions) == 1 else rows.all()), total
 
 
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+class DatabaseFault(enum.Enum):
+    """The database faults a client should hear about as such; any other database error is a
+    bug to see (500), not a retry to hide."""
+
+    BUSY = "The database is busy: another transaction holds the lock. Retry the request."
+    POOL_TIMEOUT = "No database connection was free in time. Retry the request."
+    CONNECTION_LOST = "The connection to the database was lost or refused. Retry the request."
+    FULL = "The database's storage is full; nothing was written."
+
+    @property
+    def detail(self) -> str:
+        return self.value
+
+
+_SQLITE_BUSY = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+_PG_LOST = {"57P01", "57P02", "57P03"}  # admin shutdown, crash shutdown, cannot connect now
+
+
+def database_fault(exc: BaseException) -> DatabaseFault | None:
+    """Which DatabaseFault `exc` is, if any."""
+    if isinstance(exc, PoolTimeoutError):
+        return DatabaseFault.POOL_TIMEOUT
+    if not isinstance(exc, DBAPIError):
+        return None
+    orig = exc.orig
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", 0) & 0xFF  # the primary result code
+        if code in _SQLITE_BUSY:
+            return DatabaseFault.BUSY
+        return DatabaseFault.FULL if code == sqlite3.SQLITE_FULL else None
+    sqlstate = getattr(orig, "sqlstate", None) or ""
+    if sqlstate == "53100":  # disk_full
+        return DatabaseFault.FULL
+    if sqlstate == "55P03":  # lock_not_available (lock_timeout)
+        return DatabaseFault.BUSY
+    if exc.connection_invalidated or sqlstate in _PG_LOST or sqlstate.startswith("08"):
+        return DatabaseFault.CONNECTION_LOST
+    if not sqlstate and type(orig).__name__ == "OperationalError":  # refused before any SQLSTATE
+        return DatabaseFault.CONNECTION_LOST
+    return None
 
 
 def _dialect_insert(session: Session, table: Any) -> Any:

@@ -1,25 +1,11 @@
-"""The problem+json mechanism: one AppError family and the global handlers.
+"""Domain refusals: one AppError family, raised by services and rendered by app/problems.py.
 
 Every refusal has a stable `type` slug (the contract names them), a human title and detail,
 and the status. Extra members (say `current_execution_id` or `should_terminate`) ride along.
+This module knows nothing of HTTP frameworks, so services can raise without importing one.
 """
 
-import logging
-from http import HTTPStatus
 from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
-from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-log = logging.getLogger("fenceline")
-
-PROBLEM_JSON = "application/problem+json"
 
 
 class AppError(Exception):
@@ -45,154 +31,11 @@ def conflict(type: str, title: str, detail: str, **extra: Any) -> AppError:
     return AppError(409, type, title, detail, **extra)
 
 
-class Problem(BaseModel):
-    """A problem document (RFC 9457), as declared on every route's error responses."""
-
-    model_config = ConfigDict(extra="allow")
-    type: str
-    title: str
-    status: int
-    detail: str
+def unauthorized(detail: str, scheme: str = "Bearer") -> AppError:
+    err = AppError(401, "unauthorized", "Unauthorized", detail)
+    err.headers = {"WWW-Authenticate": scheme}
+    return err
 
 
-def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` declaration of a route's refusals, so the OpenAPI document tells the
-    truth: a Problem, under the media type it is sent with."""
-    return {s: {"description": HTTPStatus(s).phrase,
-                "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
-            for s in statuses}
-
-
-def declare_problem_schema(app: FastAPI) -> None:
-    """Add the Problem schema that problems() refers to to the document's components."""
-    generate = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = generate()
-            schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
-
-
-def problem_response(
-    status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
-) -> JSONResponse:
-    body = {"type": type, "title": title, "status": status, "detail": detail, **extra}
-    return JSONResponse(jsonable_encoder(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
-
-
-# Airflow-compatible routers register a renderer for their prefix, so that their errors take
-# their Airflow version's shape while every native route answers problem+json.
-ErrorRenderer = Any
-_renderers: dict[str, ErrorRenderer] = {}
-
-
-def register_error_renderer(prefix: str, renderer: ErrorRenderer) -> None:
-    _renderers[prefix] = renderer
-
-
-def render(request: Request, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
-    for prefix, renderer in _renderers.items():
-        if request.url.path.startswith(prefix):
-            return renderer(status=status, type=type, title=title, detail=detail, headers=headers, **extra)
-    return problem_response(status, type, title, detail, headers=headers, **extra)
-
-
-_STATUS_TYPES = {
-    400: ("bad-request", "Bad request"),
-    401: ("unauthorized", "Unauthorized"),
-    403: ("forbidden", "Forbidden"),
-    404: ("not-found", "Not found"),
-    405: ("method-not-allowed", "Method not allowed"),
-    413: ("payload-too-large", "Payload too large"),
-    415: ("unsupported-media-type", "Unsupported media type"),
-}
-
-
-class RefuseNulInUrl:
-    """A NUL character in the path or query is refused before routing (422 `invalid-value`):
-    PostgreSQL cannot store or compare it, and both databases must answer alike."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        query = scope.get("query_string", b"") if scope["type"] == "http" else b""
-        if scope["type"] == "http" and ("\x00" in scope["path"] or b"%00" in query or b"\x00" in query):
-            response = render(Request(scope), 422, "invalid-value", "Invalid value",
-                              "The path or query contains a NUL character.")
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    app.add_middleware(RefuseNulInUrl)
-
-    @app.exception_handler(AppError)
-    async def _app_error(request: Request, exc: AppError) -> JSONResponse:
-        return render(request, exc.status, exc.type, exc.title, exc.detail, headers=exc.headers or None, **exc.extra)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        type, title = _STATUS_TYPES.get(exc.status_code, ("http-error", "HTTP error"))
-        detail = exc.detail if isinstance(exc.detail, str) else title
-        if exc.status_code == 404 and detail == "Not Found":
-            detail = f"No route {request.method} {request.url.path}"
-        return render(request, exc.status_code, type, title, detail, headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()
-        ]
-        fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in errors)
-        return render(
-            request, 422, "validation-error", "Invalid request", f"Invalid input at: {fields}", errors=errors
-        )
-
-    @app.exception_handler(IntegrityError)
-    async def _integrity_error(request: Request, exc: IntegrityError) -> JSONResponse:
-        log.info("integrity conflict on %s: %s", request.url.path, exc.orig)
-        return render(request, 409, "conflict", "Conflict", "The write conflicts with stored state.")
-
-    async def _unstorable(request: Request, exc: Exception) -> JSONResponse:
-        # A value no column can hold (a NUL character or a lone surrogate in text, an integer
-        # beyond 64 bits): the client's input, so a 422, and the request rolled back.
-        log.info("unstorable value on %s: %r", request.url.path, exc)
-        return render(request, 422, "invalid-value", "Invalid value",
-                      "A value cannot be stored: text must be valid Unicode without NUL characters, "
-                      "and integers must fit in 64 bits.")
-
-    for unstorable in (DataError, UnicodeEncodeError, OverflowError):
-        app.add_exception_handler(unstorable, _unstorable)
-
-    @app.exception_handler(StatementError)
-    async def _statement_error(request: Request, exc: StatementError) -> JSONResponse:
-        # SQLAlchemy wraps what the driver raised while binding parameters.
-        if isinstance(exc.orig, (UnicodeEncodeError, OverflowError)):
-            return await _unstorable(request, exc)
-        return await _internal_error(request, exc)
-
-    @app.exception_handler(PoolTimeoutError)
-    async def _pool_timeout(request: Request, exc: PoolTimeoutError) -> JSONResponse:
-        log.warning("no database connection free for %s", request.url.path)
-        return render(request, 503, "database-unavailable", "Database unavailable",
-                      "No database connection was free in time; retry the request.", headers={"Retry-After": "1"})
-
-    @app.exception_handler(OperationalError)
-    async def _operational_error(request: Request, exc: OperationalError) -> JSONResponse:
-        # SQLITE_BUSY and lost database connections are transient: tell the client to retry.
-        log.warning("database unavailable on %s: %s", request.url.path, exc.orig)
-        return render(
-            request, 503, "database-unavailable", "Database unavailable",
-            "The database did not answer in time; retry the request.", headers={"Retry-After": "1"},
-        )
-
-    @app.exception_handler(Exception)
-    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return render(request, 500, "internal-error", "Internal server error", "An unexpected error occurred.")
+def forbidden(detail: str) -> AppError:
+    return AppError(403, "forbidden", "Forbidden", detail)

@@ -13,9 +13,10 @@ from app.airflow.v2 import router as airflow_v2_router
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
-from app.db import make_engine
-from app.errors import declare_problem_schema, install_error_handlers
+from app.db import make_engine, reading
+from app.problems import declare_problem_schema, install_error_handlers
 from app.execution.reapers import ReaperThread
+from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
 from app.logs.router import router as logs_router
@@ -58,11 +59,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_unique_id_function=lambda route: f"{route.tags[0]}_{route.name}" if route.tags else route.name,
     )
     app.state.settings = settings
-    app.state.engine = make_engine(settings.resolved_database_url)
+    app.state.engine = make_engine(settings.resolved_database_url, pool_size=settings.database_pool_size,
+                                   max_overflow=settings.database_max_overflow,
+                                   pool_timeout=settings.database_pool_timeout_seconds)
+    app.state.read_engine = reading(app.state.engine)
     app.state.log_store = FileLogStore(settings.resolved_log_dir)
     install_error_handlers(app)
     declare_problem_schema(app)
-    for router in (operations_router, auth_router, identity_router, orchestration_router, execution_router,
-                   logs_router, admin_router, ui_router, airflow_v2_router, airflow_v1_router):
+    for router in (operations_router, auth_router, identity_router, orchestration_router, rails_router,
+                   execution_router, logs_router, admin_router, ui_router, airflow_v2_router, airflow_v1_router):
         app.include_router(router)
     return app

@@ -4,6 +4,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, make_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,3 +24,22 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 def downgrade(database_url: str, revision: str) -> None:
     command.downgrade(alembic_config(database_url), revision)
+
+
+def head_revision() -> str:
+    """The revision the migrations end at."""
+    return ScriptDirectory.from_config(alembic_config("")).get_current_head()
+
+
+def schema_revision(database_url: str) -> str | None:
+    """The revision the database's schema is at; None for a database never migrated (a SQLite
+    file that does not exist is not created)."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).exists():
+        return None
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()

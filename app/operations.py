@@ -5,8 +5,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from app.auth.deps import OperatorOrBasicDep
-from app.db import SessionDep
-from app.errors import problems
+from app.deps import SessionDep
+from app.problems import problems
 
 router = APIRouter(tags=["operations"])
 

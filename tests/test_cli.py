@@ -2,6 +2,7 @@
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.migrate import head_revision
 from tests.conftest import _free_port
 
 FENCELINE = [str(Path(sys.executable).with_name("fenceline"))]
@@ -26,11 +28,11 @@ def default_env(data_dir: Path) -> dict[str, str]:
 class Server:
     """`fenceline serve` as a child process, its output collected by a thread."""
 
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, cwd: Path, env: dict[str, str], *args: str) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [*FENCELINE, "serve", "--port", str(self.port)], cwd=cwd, env=env, text=True,
+            [*FENCELINE, "serve", "--port", str(self.port), *args], cwd=cwd, env=env, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         self.lines: list[str] = []
@@ -105,3 +107,38 @@ def test_migrate_creates_the_default_database(tmp_path):
         assert done.returncode == 0, done.stderr
         assert "latest revision" in done.stdout
     assert (tmp_path / "data" / "fenceline.db").stat().st_size > 0
+
+
+def _serve_no_migrate(tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*FENCELINE, "serve", "--no-migrate", "--port", str(_free_port())], cwd=tmp_path,
+                          env=default_env(tmp_path / "data"), capture_output=True, text=True, timeout=START_TIMEOUT)
+
+
+class TestNoMigrate:
+    """`serve --no-migrate` (a separate migration job migrates) serves only a schema at head."""
+
+    def test_a_schema_behind_head_is_refused_with_status_5_naming_both_revisions(self, tmp_path):
+        done = _serve_no_migrate(tmp_path)
+        assert done.returncode == 5
+        (line,) = done.stderr.strip().splitlines()
+        assert "none (never migrated)" in line and head_revision() in line
+        assert not (tmp_path / "data" / "fenceline.db").exists()
+
+    def test_a_schema_ahead_of_head_is_refused_with_status_5(self, tmp_path):
+        subprocess.run([*FENCELINE, "migrate"], cwd=tmp_path, env=default_env(tmp_path / "data"), check=True,
+                       capture_output=True, timeout=START_TIMEOUT)
+        with sqlite3.connect(tmp_path / "data" / "fenceline.db") as db:
+            db.execute("UPDATE alembic_version SET version_num = '9999_from_a_newer_release'")
+        done = _serve_no_migrate(tmp_path)
+        assert done.returncode == 5
+        (line,) = done.stderr.strip().splitlines()
+        assert "9999_from_a_newer_release" in line and head_revision() in line
+
+    def test_a_schema_at_head_is_served(self, tmp_path):
+        subprocess.run([*FENCELINE, "migrate"], cwd=tmp_path, env=default_env(tmp_path / "data"), check=True,
+                       capture_output=True, timeout=START_TIMEOUT)
+        server = Server(tmp_path, default_env(tmp_path / "data"), "--no-migrate")
+        try:
+            assert server.wait_healthy().status_code == 200
+        finally:
+            server.stop()

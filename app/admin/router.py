@@ -6,8 +6,8 @@ from fastapi import APIRouter, Body
 
 from app.admin import snapshot
 from app.auth.deps import OperatorDep
-from app.db import SessionDep
-from app.errors import problems
+from app.deps import SessionDep
+from app.problems import problems
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=problems(401, 403))
 

@@ -8,13 +8,12 @@ assembled in memory.
 
 import codecs
 import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fastapi import Request
-
 from app.auth import tokens
-from app.auth.deps import installation
+from app.auth.tokens import KeyRing
 from app.errors import AppError
 from app.logs import service as logs
 from app.logs.store import LogStore
@@ -29,18 +28,19 @@ class Window:
     end: int
     finished: bool  # the window reaches the end of a log that will not grow
 
-    def token(self, request: Request, ti_id: object, try_number: int) -> str | None:
+    def token(self, keyring: KeyRing, ti_id: uuid.UUID, try_number: int) -> str | None:
         """None at the end of a finished log, else a signed cursor at the window's end."""
         if self.finished:
             return None
-        return tokens.sign_cursor(installation(request).keyring, ti_id, try_number, self.end)
+        return tokens.sign_cursor(keyring, ti_id, try_number, self.end)
 
 
-def start_position(request: Request, token: str | None, ti_id: object, try_number: int, log: logs.TryLog) -> int:
+def start_position(keyring: KeyRing, token: str | None, ti_id: uuid.UUID, try_number: int, log: logs.TryLog) -> int:
+    """Where a page starts: 0, or the position a continuation token names (400 if forged)."""
     if not token:
         return 0
     try:
-        position = tokens.read_cursor(installation(request).keyring, token, ti_id, try_number)
+        position = tokens.read_cursor(keyring, token, ti_id, try_number)
     except tokens.InvalidToken:
         raise AppError(400, "bad-continuation-token", "Bad Signature. Please use only the tokens provided by the API.",
                        "Bad Signature. Please use only the tokens provided by the API.") from None

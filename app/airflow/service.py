@@ -1,26 +1,21 @@
 """What both Airflow versions read: runs, task instances, a try per entry, and log pages."""
 
 import json
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated
 
-from fastapi import Query
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import func, select
 from sqlmodel import Session
 
+from app.db import paginate
 from app.errors import AppError
+from app.execution import history
 from app.execution.models import TaskAttempt
 from app.logs import service as logs
 from app.logs.service import TryLog
 from app.logs.store import LogStore
 from app.orchestration import states as s
-from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
-
-# Paging bounds for both Airflow versions: a page of task instances costs queries per entry.
-Limit = Annotated[int, Query(ge=0, le=1000)]
-Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
+from app.orchestration.models import DagRun, TaskInstance
 
 # Native states Airflow's enum lacks, and what each Airflow version shows instead.
 _STATE_MAP = {s.NONE: None, s.INFRA_FAILED: s.FAILED}
@@ -43,24 +38,20 @@ def get_run(session: Session, dag_id: str, run_id: str) -> DagRun:
 
 def list_dags(session: Session, limit: int, offset: int) -> tuple[list[tuple[str, datetime]], int]:
     """Every dag_id that has a run, with its first run's time (fenceline keeps no DAG files)."""
-    query = select(DagRun.dag_id, func.min(DagRun.created_at)).group_by(DagRun.dag_id)
-    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
-    rows = session.execute(query.order_by(DagRun.dag_id).limit(limit).offset(offset)).all()
+    query = select(DagRun.dag_id, func.min(DagRun.created_at)).group_by(DagRun.dag_id).order_by(DagRun.dag_id)
+    rows, total = paginate(session, query, limit, offset)
     return [(r[0], r[1]) for r in rows], total
 
 
 def list_runs(session: Session, dag_id: str, limit: int, offset: int) -> tuple[list[DagRun], int]:
-    query = select(DagRun).where(DagRun.dag_id == dag_id)
-    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
-    rows = session.execute(query.order_by(DagRun.created_at, DagRun.run_id).limit(limit).offset(offset)).scalars()
-    return list(rows), total
+    query = select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.created_at, DagRun.run_id)
+    return paginate(session, query, limit, offset)
 
 
 def list_task_instances(session: Session, run: DagRun, limit: int, offset: int) -> tuple[list[TaskInstance], int]:
-    query = select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
-    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
-    rows = session.execute(query.order_by(TaskInstance.task_id, TaskInstance.map_index).limit(limit).offset(offset))
-    return list(rows.scalars()), total
+    query = (select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
+             .order_by(TaskInstance.task_id, TaskInstance.map_index))
+    return paginate(session, query, limit, offset)
 
 
 def get_task_instance(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int,
@@ -103,45 +94,24 @@ class TryView:
 
 
 def tries(session: Session, ti: TaskInstance) -> list[TryView]:
-    """One entry per try, oldest first, the current try last. Finished tries come from the
-    history; the current one from the task instance itself, so it never appears twice. A try
-    spent by an application failure shows `failed` even while the next try waits (Airflow 3's
-    rule); a try being re-placed shows `scheduled`, `queued` or `running`."""
-    history = {h.try_number: h for h in session.execute(
-        select(TaskInstanceHistory).where(TaskInstanceHistory.task_instance_id == ti.id)).scalars()}
-    epochs: dict[int, list[TaskAttempt]] = {}
-    for attempt in session.execute(select(TaskAttempt).where(TaskAttempt.task_instance_id == ti.id)
-                                   .order_by(TaskAttempt.try_number, TaskAttempt.attempt_epoch)).scalars():
-        epochs.setdefault(attempt.try_number, []).append(attempt)
-    views = []
-    for number in sorted((set(history) | set(epochs)) - {ti.try_number}):
-        h = history.get(number)
-        views.append(_view(ti, number, h.state if h else s.FAILED, h, epochs.get(number, [])))
-    current_state = s.FAILED if ti.state == s.UP_FOR_RETRY else ti.state
-    views.append(_view(ti, ti.try_number, current_state, ti, epochs.get(ti.try_number, [])))
-    return views
+    """One entry per try, oldest first, the current try last. A try spent by an application
+    failure shows `failed` even while the next try waits (Airflow 3's rule); a try being
+    re-placed shows `scheduled`, `queued` or `running`."""
+    return [_view(ti, t, s.FAILED if t.state == s.UP_FOR_RETRY else t.state) for t in history.tries(session, ti)]
 
 
 def current_tries(session: Session, tis: list[TaskInstance]) -> list[TryView]:
     """The current try of each task instance as the task instance routes show it (its own
-    state, up_for_retry included), with its epochs read by one query for the whole page."""
-    if not tis:
-        return []
-    epochs: dict[uuid.UUID, list[TaskAttempt]] = {}
-    for attempt in session.execute(
-            select(TaskAttempt)
-            .where(tuple_(TaskAttempt.task_instance_id, TaskAttempt.try_number).in_([(ti.id, ti.try_number) for ti in tis]))
-            .order_by(TaskAttempt.attempt_epoch)).scalars():
-        epochs.setdefault(attempt.task_instance_id, []).append(attempt)
-    return [_view(ti, ti.try_number, ti.state, ti, epochs.get(ti.id, [])) for ti in tis]
+    state, up_for_retry included)."""
+    return [_view(t.record, t, t.state) for t in history.current_tries(session, tis)]
 
 
-def _view(ti: TaskInstance, number: int, state: str, row: TaskInstance | TaskInstanceHistory | None,
-          epochs: list[TaskAttempt]) -> TryView:
+def _view(ti: TaskInstance, t: history.Try, state: str) -> TryView:
+    row, epochs = t.record, t.epochs
     starts = [e.started_at or e.claimed_at for e in epochs]
     ends = [e.ended_at for e in epochs if e.ended_at]
     return TryView(
-        ti=ti, try_number=number, state=airflow_state(state),
+        ti=ti, try_number=t.number, state=airflow_state(state),
         attempt_epoch=row.attempt_epoch if row else (epochs[-1].attempt_epoch if epochs else 0),
         infra_attempts=row.infra_attempts if row else 0,
         last_failure_kind=row.last_failure_kind if row else None,

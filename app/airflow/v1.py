@@ -9,12 +9,13 @@ from pydantic import BaseModel
 
 from app.airflow import logs as paging
 from app.airflow import service
-from app.airflow.service import Limit, Offset, TryView
+from app.airflow.params import Limit, Offset
+from app.airflow.service import TryView
 from app.auth import tokens
-from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic, unauthorized
-from app.db import SessionDep
-from app.errors import problem_response, register_error_renderer
-from app.logs.router import StoreDep
+from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic
+from app.deps import SessionDep, StoreDep
+from app.errors import unauthorized
+from app.problems import problem_response, register_error_renderer
 from app.orchestration.models import DagRun
 from app.orchestration.models import TaskInstance as TaskInstanceRow
 
@@ -237,7 +238,7 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, se
     if media == "text/plain":
         return StreamingResponse(paging.batched(paging.text_chunks(store, log, 0, log.size)),
                                  media_type="text/plain; charset=utf-8")
-    start = paging.start_position(request, token, ti.id, task_try_number, log)
+    start = paging.start_position(installation(request).keyring, token, ti.id, task_try_number, log)
     win = paging.window(store, log, start, full=full_content)
     # Airflow 2 always answers a token; at the end of a finished log it reads as "nothing more".
     next_token = tokens.sign_cursor(installation(request).keyring, ti.id, task_try_number, win.end)

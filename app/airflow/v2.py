@@ -10,12 +10,13 @@ from pydantic import BaseModel
 
 from app.airflow import logs as paging
 from app.airflow import service
-from app.airflow.service import Limit, Offset, TryView
+from app.airflow.params import Limit, Offset
+from app.airflow.service import TryView
 from app.auth import tokens
-from app.auth.deps import BearerDep, forbidden, installation, unauthorized
-from app.db import SessionDep
-from app.errors import register_error_renderer
-from app.logs.router import StoreDep
+from app.auth.deps import BearerDep, installation
+from app.errors import forbidden, unauthorized
+from app.deps import SessionDep, StoreDep
+from app.problems import register_error_renderer
 from app.orchestration.models import DagRun, TaskInstance
 
 PREFIX = "/api/v2"
@@ -288,9 +289,9 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
     ndjson = first.startswith("application/x-ndjson")
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
     log = service.try_log(session, store, ti, try_number)
-    start = paging.start_position(request, token, ti.id, try_number, log)
+    start = paging.start_position(installation(request).keyring, token, ti.id, try_number, log)
     win = paging.window(store, log, start, full=full_content or ndjson)
-    next_token = win.token(request, ti.id, try_number)
+    next_token = win.token(installation(request).keyring, ti.id, try_number)
     if ndjson:
         body = (json.dumps(service.structured(line)) + "\n" for line in paging.lines(store, log, win.start, win.end))
         headers = {"Airflow-Continuation-Token": next_token} if next_token else None

@@ -8,7 +8,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicC
 
 from app.auth import tokens
 from app.auth.service import Installation
-from app.errors import AppError
+from app.errors import forbidden, unauthorized
 from app.metrics import agent_legacy_attempt_tokens
 
 bearer_scheme = HTTPBearer(auto_error=False, description="A token from POST /auth/token or admission.")
@@ -22,14 +22,10 @@ def installation(request: Request) -> Installation:
     return request.app.state.installation
 
 
-def unauthorized(detail: str, scheme: str = "Bearer") -> AppError:
-    err = AppError(401, "unauthorized", "Unauthorized", detail)
-    err.headers = {"WWW-Authenticate": scheme}
-    return err
-
-
-def forbidden(detail: str) -> AppError:
-    return AppError(403, "forbidden", "Forbidden", detail)
+def operator_token(request: Request, username: str) -> str:
+    """A fresh operator token for `username`, whose password was just checked."""
+    ttl = request.app.state.settings.operator_token_ttl_seconds
+    return tokens.mint_operator(installation(request).keyring, username, ttl_seconds=ttl)
 
 
 def verified_claims(request: Request, bearer: HTTPAuthorizationCredentials | None, *scopes: str) -> dict[str, Any]:
@@ -46,12 +42,12 @@ def verified_claims(request: Request, bearer: HTTPAuthorizationCredentials | Non
 
 def require_operator(request: Request, bearer: BearerDep) -> str:
     """An operator's bearer token; answers the operator's name."""
-    return verified_claims(request, bearer, "operator")["sub"]
+    return verified_claims(request, bearer, tokens.OPERATOR_SCOPE)["sub"]
 
 
 def require_launcher(request: Request, bearer: BearerDep) -> str:
     """A launcher token (admission and execution updates only) or an operator's token."""
-    return verified_claims(request, bearer, "launcher", "operator")["sub"]
+    return verified_claims(request, bearer, tokens.LAUNCHER_SCOPE, tokens.OPERATOR_SCOPE)["sub"]
 
 
 def require_operator_or_basic(request: Request, bearer: BearerDep, basic: BasicDep) -> str:
@@ -60,12 +56,12 @@ def require_operator_or_basic(request: Request, bearer: BearerDep, basic: BasicD
         if installation(request).operator.check(basic.username, basic.password):
             return basic.username
         raise unauthorized("Invalid username or password.", scheme='Basic realm="fenceline"')
-    return verified_claims(request, bearer, "operator")["sub"]
+    return verified_claims(request, bearer, tokens.OPERATOR_SCOPE)["sub"]
 
 
 def require_worker(request: Request, bearer: BearerDep) -> uuid.UUID:
     """A worker token from admission; answers its execution_id."""
-    claims = verified_claims(request, bearer, "worker")
+    claims = verified_claims(request, bearer, tokens.WORKER_SCOPE)
     try:
         return uuid.UUID(claims["sub"])
     except ValueError as exc:

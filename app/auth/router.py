@@ -8,8 +8,9 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from app.auth import tokens
-from app.auth.deps import OperatorDep, installation, unauthorized
-from app.errors import AppError, problems
+from app.auth.deps import OperatorDep, installation, operator_token
+from app.errors import AppError, unauthorized
+from app.problems import problems
 from app.schemas import Strict
 
 router = APIRouter(tags=["auth"])
@@ -23,12 +24,6 @@ class LoginRequest(Strict):
 class TokenPublic(BaseModel):
     access_token: str
     token_type: str = "bearer"
-
-
-def operator_token(request: Request, username: str) -> str:
-    inst = installation(request)
-    ttl = request.app.state.settings.operator_token_ttl_seconds
-    return tokens.mint(inst.keyring, {"sub": username, "scope": "operator"}, ttl_seconds=ttl)
 
 
 FORM = "application/x-www-form-urlencoded"
@@ -76,6 +71,5 @@ def mint_launcher_token(request: Request, operator: OperatorDep) -> LauncherToke
     """A token for workers and launchers: it admits executions and updates them (PATCH,
     reads of executions), and can do nothing else an operator can."""
     ttl = request.app.state.settings.launcher_token_ttl_seconds
-    token = tokens.mint(installation(request).keyring, {"sub": f"launcher:{operator}", "scope": "launcher"},
-                        ttl_seconds=ttl)
+    token = tokens.mint_launcher(installation(request).keyring, operator, ttl_seconds=ttl)
     return LauncherTokenPublic(launcher_token=token, expires_in=ttl)

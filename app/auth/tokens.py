@@ -1,19 +1,25 @@
-"""JWT minting and verification: the only module that imports jwt.
+"""Every token kind, minted, renewed and verified here (contract 3): the only module that
+imports jwt, and the only one that decides what a token claims.
 
-Tokens are HS256 with a `kid` header naming the key; several keys may be accepted at once so
-that the signing key can rotate. Verification pins the algorithm (no `alg: none`, no algorithm
-confusion), requires the standard claims and checks the scope.
+Kinds, by `scope`: operator (an operator's login), launcher (admits and updates executions),
+worker (one execution claims work), attempt (one attempt's agent writes) and log-cursor (a
+position in one try's log). Tokens are HS256 with a `kid` header naming the key; several keys
+may be accepted at once so that the signing key can rotate. Verification pins the algorithm (no
+`alg: none`, no algorithm confusion), requires the standard claims and checks the scope.
 """
 
 import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import jwt
 
+from app.execution.key import AttemptKey
+
 ALGORITHM = "HS256"
+OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE = "operator", "launcher", "worker"
 REQUIRED_CLAIMS = ["sub", "scope", "iat", "exp", "jti"]
 
 
@@ -44,7 +50,8 @@ def new_secret() -> str:
 
 
 def mint(keyring: KeyRing, claims: dict[str, Any], *, ttl_seconds: int, now: int | None = None) -> str:
-    """Sign `claims` with the active key; adds iat, exp and jti unless given."""
+    """Sign `claims` with the active key; adds iat, exp and jti unless given. The signer under
+    every kind below: the rest of the application mints through those."""
     issued = int(time.time()) if now is None else now
     body = {"iat": issued, "exp": issued + ttl_seconds, "jti": uuid.uuid4().hex, **claims}
     return jwt.encode(body, keyring.active_key, algorithm=ALGORITHM, headers={"kid": keyring.active_kid})
@@ -72,6 +79,21 @@ def decode(keyring: KeyRing, token: str, *, scopes: tuple[str, ...]) -> dict[str
     return claims
 
 
+def mint_operator(keyring: KeyRing, username: str, *, ttl_seconds: int) -> str:
+    """An operator's token (POST /auth/token, the dashboard's cookie)."""
+    return mint(keyring, {"sub": username, "scope": OPERATOR_SCOPE}, ttl_seconds=ttl_seconds)
+
+
+def mint_launcher(keyring: KeyRing, operator: str, *, ttl_seconds: int) -> str:
+    """A launcher token: admits and updates executions, nothing else."""
+    return mint(keyring, {"sub": f"launcher:{operator}", "scope": LAUNCHER_SCOPE}, ttl_seconds=ttl_seconds)
+
+
+def mint_worker(keyring: KeyRing, execution_id: uuid.UUID, seat: str, *, ttl_seconds: int) -> str:
+    """The worker token admission hands one execution: it claims work as that execution."""
+    return mint(keyring, {"sub": str(execution_id), "scope": WORKER_SCOPE, "seat": seat}, ttl_seconds=ttl_seconds)
+
+
 # --- attempt tokens (contract section 3) -------------------------------------------------
 
 ATTEMPT_SCOPE = "attempt"
@@ -97,9 +119,9 @@ class AttemptClaims:
         return self.attempt_epoch is not None
 
     @property
-    def fence_epoch(self) -> int:
-        """The epoch a settling write must match: coalesce(attempt_epoch, 0)."""
-        return self.attempt_epoch or 0
+    def key(self) -> AttemptKey:
+        """The attempt a settling write names: epoch coalesce(attempt_epoch, 0)."""
+        return AttemptKey(self.ti_id, self.try_number, self.attempt_epoch or 0)
 
 
 def _int(value: Any) -> bool:
@@ -123,10 +145,27 @@ def attempt_claims(claims: dict[str, Any]) -> AttemptClaims:
                          claims["orig_iat"], dict(claims))
 
 
-def mint_attempt(keyring: KeyRing, claims: dict[str, Any], *, ttl_seconds: int) -> str:
-    """A fresh attempt token; orig_iat starts the credential's lifetime."""
+class ClaimedTaskInstance(Protocol):
+    """What an attempt token names of the task instance it was claimed for."""
+
+    id: uuid.UUID
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    attempt_epoch: int
+
+
+def mint_attempt(keyring: KeyRing, ti: ClaimedTaskInstance, execution_id: uuid.UUID, *, ttl_seconds: int) -> str:
+    """A fresh attempt token for the attempt `ti` was just claimed for by `execution_id`;
+    orig_iat starts the credential's lifetime."""
     now = int(time.time())
-    return mint(keyring, {"scope": ATTEMPT_SCOPE, "orig_iat": now, **claims}, ttl_seconds=ttl_seconds, now=now)
+    return mint(keyring, {
+        "sub": str(ti.id), "scope": ATTEMPT_SCOPE, "dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id,
+        "map_index": ti.map_index, "try_number": ti.try_number, "execution_id": str(execution_id),
+        "attempt_epoch": ti.attempt_epoch, "orig_iat": now,
+    }, ttl_seconds=ttl_seconds, now=now)
 
 
 def renew_attempt(keyring: KeyRing, token: AttemptClaims, *, ttl_seconds: int, max_lifetime_seconds: int) -> str:

@@ -12,7 +12,7 @@ from app.execution.attempts import open_attempt
 from app.identity.models import Execution
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
-from app.orchestration.rails import NEW_EXECUTION, promote_eligible
+from app.orchestration.rails import NEW_EXECUTION, from_sources, moved_to, promote_eligible
 
 
 def require_current_execution(session: Session, execution_id: uuid.UUID) -> Execution:
@@ -28,8 +28,8 @@ def require_current_execution(session: Session, execution_id: uuid.UUID) -> Exec
 
 
 def claim(*, session: Session, execution_id: uuid.UUID, limit: int, now: datetime | None = None) -> list[tuple[TaskInstance, DagRun]]:
-    """scheduled -> queued for up to `limit` ready task instances, in one guarded
-    UPDATE … RETURNING that bumps attempt_epoch, clears last_heartbeat_at and binds the
+    """scheduled -> queued (the claim rail) for up to `limit` ready task instances, in one
+    guarded UPDATE … RETURNING that bumps attempt_epoch, clears last_heartbeat_at and binds the
     execution. Rows another claimer holds are skipped (SKIP LOCKED on PostgreSQL; SQLite
     serialises writers), so two claimers never get the same task instance."""
     now = now or utcnow()
@@ -38,7 +38,7 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, now: datetim
     promote_eligible(session=session, now=now, skip_locked=skip_locked)
     ready = (
         select(TaskInstance.id)
-        .where(TaskInstance.state == s.SCHEDULED,
+        .where(from_sources(s.CLAIM),
                or_(TaskInstance.next_eligible_at.is_(None), TaskInstance.next_eligible_at <= now))
         .order_by(TaskInstance.updated_at, TaskInstance.id)
         .limit(limit)
@@ -51,9 +51,9 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, now: datetim
     ready_once = ready.cte("ready")
     claimed = list(session.execute(
         update(TaskInstance)
-        .where(TaskInstance.id.in_(select(ready_once.c.id)), TaskInstance.state == s.SCHEDULED)
-        .values(state=s.QUEUED, attempt_epoch=TaskInstance.attempt_epoch + 1, queued_at=now, next_eligible_at=None,
-                updated_at=now, **{**NEW_EXECUTION, "execution_id": execution_id})
+        .where(TaskInstance.id.in_(select(ready_once.c.id)), from_sources(s.CLAIM))
+        .values(**moved_to(s.CLAIM, now), queued_at=now, next_eligible_at=None,
+                **{**NEW_EXECUTION, "execution_id": execution_id})
         .returning(TaskInstance)
         .execution_options(populate_existing=True, synchronize_session=False)
     ).scalars())

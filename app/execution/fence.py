@@ -1,59 +1,69 @@
-"""The report fence (contract 2.5): every agent write is checked against its attempt token.
+"""The report fence (contract 2.5): every agent write is checked against its attempt.
 
-Settling or moving writes (running, an outcome, a hand-back) match try_number and
-attempt_epoch = coalesce(token.attempt_epoch, 0). Heartbeats, the liveness read and renewal
-match try_number, and attempt_epoch only when the token carries it. A write that does not
-match gets 409 stale-report with should_terminate and changes nothing.
+Settling or moving writes (running, an outcome, a hand-back) name an AttemptKey — from a
+token, where a claim-less token settles only epoch 0, or from an observation — and match it
+exactly. Heartbeats, the liveness read and renewal take the token itself: they match
+try_number, and attempt_epoch only when the token carries it. A write that does not match
+gets 409 stale-report with should_terminate and changes nothing.
 """
 
+import uuid
 from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlmodel import Session
 
-from app.auth.deps import unauthorized
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
 from app.db import utcnow
-from app.errors import AppError
+from app.errors import AppError, unauthorized
 from app.execution.attempts import OUTCOME_KIND, close_attempt, find_attempt, update_attempt
+from app.execution.key import AttemptKey
 from app.execution.schemas import Report
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff, Outcome, apply_outcome, cas, requeue
+from app.orchestration.states import AttemptState
 
 
-def stale_report(token: AttemptClaims, ti: TaskInstance | None) -> AppError:
+def stale_report(key: AttemptKey, ti: TaskInstance | None, *, epoch_claimed: bool = True) -> AppError:
+    """The refusal of a write by an attempt that is not the live one (404 for no task instance)."""
     if ti is None:
         return AppError(404, "task-instance-not-found", "Task instance not found",
-                        f"No task instance {token.ti_id}.", should_terminate=True)
-    epoch = token.attempt_epoch if token.has_epoch else "absent"
+                        f"No task instance {key.ti_id}.", should_terminate=True)
+    epoch = key.attempt_epoch if epoch_claimed else "absent"
     return AppError(
         409, "stale-report", "Stale report",
-        f"Attempt (try {token.try_number}, epoch {epoch}) is not the live attempt of task instance {ti.id} "
+        f"Attempt (try {key.try_number}, epoch {epoch}) is not the live attempt of task instance {ti.id} "
         f"(try {ti.try_number}, epoch {ti.attempt_epoch}, state {ti.state}).",
         should_terminate=True, state=ti.state, try_number=ti.try_number, attempt_epoch=ti.attempt_epoch,
     )
 
 
-def _read(session: Session, token: AttemptClaims) -> TaskInstance | None:
+def _read(session: Session, ti_id: uuid.UUID) -> TaskInstance | None:
     return session.execute(
-        select(TaskInstance).where(TaskInstance.id == token.ti_id).execution_options(populate_existing=True)
+        select(TaskInstance).where(TaskInstance.id == ti_id).execution_options(populate_existing=True)
     ).scalar_one_or_none()
 
 
-def settle_match(token: AttemptClaims, ti: TaskInstance) -> bool:
-    return ti.try_number == token.try_number and ti.attempt_epoch == token.fence_epoch
+def settled_by(key: AttemptKey, ti: TaskInstance) -> bool:
+    """The settle rule: `key` is the row's attempt, exactly."""
+    return AttemptKey.of(ti) == key
 
 
 def relaxed_match(token: AttemptClaims, ti: TaskInstance) -> bool:
+    """The relaxed rule: the token's try, and its epoch only when it carries one."""
     return ti.try_number == token.try_number and (not token.has_epoch or ti.attempt_epoch == token.attempt_epoch)
+
+
+def _stale(token: AttemptClaims, ti: TaskInstance | None) -> AppError:
+    return stale_report(token.key, ti, epoch_claimed=token.has_epoch)
 
 
 def live_attempt(session: Session, token: AttemptClaims) -> TaskInstance:
     """The task instance if the token's attempt is in flight under the relaxed rule."""
-    ti = _read(session, token)
+    ti = _read(session, token.ti_id)
     if ti is None or not relaxed_match(token, ti) or ti.state not in s.IN_FLIGHT:
-        raise stale_report(token, ti)
+        raise _stale(token, ti)
     return ti
 
 
@@ -80,61 +90,58 @@ def heartbeat(*, session: Session, token: AttemptClaims, now: datetime | None = 
         .returning(TaskInstance).execution_options(populate_existing=True, synchronize_session=False)
     ).scalar_one_or_none()
     if ti is None:
-        raise stale_report(token, _read(session, token))
+        raise _stale(token, _read(session, token.ti_id))
     return ti
 
 
-def report(*, session: Session, token: AttemptClaims, body: Report, backoff: Backoff,
+def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
            now: datetime | None = None) -> TaskInstance:
-    """Apply an agent's report under the settle rule. Repeating a report that was already
-    applied to this very attempt (a journaled outcome re-delivered) answers as before."""
+    """Apply a report on attempt `key` under the settle rule. Repeating a report that was
+    already applied to this very attempt (a journaled outcome re-delivered) answers as before."""
     now = now or utcnow()
-    ti = _read(session, token)
-    if ti is None or not settle_match(token, ti):
-        raise stale_report(token, ti)
-    attempt = (ti.id, ti.try_number, ti.attempt_epoch)  # `ti` is refreshed by the CAS below
+    ti = _read(session, key.ti_id)
+    if ti is None or not settled_by(key, ti):
+        raise stale_report(key, ti)
     if body.state == "running":
         if ti.state == s.RUNNING:
             return ti
-        moved = cas(session, ti, state=s.RUNNING, started_at=now, last_heartbeat_at=now,
-                    user_code_started=True) if ti.state == s.QUEUED else None
+        moved = cas(session, ti, s.START, now, started_at=now, last_heartbeat_at=now, user_code_started=True)
         if moved is None:
-            raise stale_report(token, _read(session, token))
-        update_attempt(session, *attempt, state=s.RUNNING, user_code_started=True, started_at=now)
+            raise stale_report(key, _read(session, key.ti_id))
+        update_attempt(session, key, state=AttemptState.RUNNING, user_code_started=True, started_at=now)
         return moved
     outcome = Outcome(body.state, body.reason, body.reschedule_at)
     if ti.state not in s.IN_FLIGHT:
-        if _already_applied(session, ti, outcome):
+        if _already_applied(session, key, outcome):
             return ti
-        raise stale_report(token, ti)
+        raise stale_report(key, ti)
     moved = apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now)
     if moved is None:
-        raise stale_report(token, _read(session, token))
-    close_attempt(session, *attempt, outcome, now)
+        raise stale_report(key, _read(session, key.ti_id))
+    close_attempt(session, key, outcome, now)
     return moved
 
 
-def _already_applied(session: Session, ti: TaskInstance, outcome: Outcome) -> bool:
-    record = find_attempt(session, ti.id, ti.try_number, ti.attempt_epoch)
+def _already_applied(session: Session, key: AttemptKey, outcome: Outcome) -> bool:
+    record = find_attempt(session, key)
     return (record is not None and record.outcome_kind == OUTCOME_KIND[outcome.kind]
             and record.reason == outcome.reason)
 
 
-def release(*, session: Session, token: AttemptClaims) -> TaskInstance:
+def release(*, session: Session, key: AttemptKey) -> TaskInstance:
     """Hand back a claim whose user code never started (settle rule): requeued on a new epoch,
     spending neither a try nor the infra budget."""
-    ti = _read(session, token)
-    if ti is None or not settle_match(token, ti):
-        raise stale_report(token, ti)
+    ti = _read(session, key.ti_id)
+    if ti is None or not settled_by(key, ti):
+        raise stale_report(key, ti)
     if ti.state != s.QUEUED:
         # Still the live attempt, so not stale: but its user code started (or it ended), and
         # a started attempt ends only with an outcome.
         raise AppError(409, "attempt-started", "Attempt started",
                        f"Attempt of task instance {ti.id} is {ti.state}; only a queued claim can be released.",
                        should_terminate=False, state=ti.state)
-    attempt = (ti.id, ti.try_number, ti.attempt_epoch)  # `ti` is refreshed by the CAS below
     moved = requeue(session=session, ti=ti)
     if moved is None:
-        raise stale_report(token, _read(session, token))
-    update_attempt(session, *attempt, state="released", ended_at=utcnow())
+        raise stale_report(key, _read(session, key.ti_id))
+    update_attempt(session, key, state=AttemptState.RELEASED, ended_at=utcnow())
     return moved

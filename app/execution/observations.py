@@ -1,41 +1,37 @@
 """Substrate observations of an attempt (contract 2.7).
 
 An observation is recorded on its own attempt's record. Only an explicit outcome settles, and
-only through the settle fence on the observed (try_number, attempt_epoch): a terminal
-observation of a superseded attempt never settles the live one, and a Pod phase alone decides
-nothing.
+only through the settle fence on the observed attempt key: a terminal observation of a
+superseded attempt never settles the live one, and a Pod phase alone decides nothing.
 """
 
 from datetime import datetime
 
 from sqlmodel import Session
 
-from app.auth.tokens import AttemptClaims
 from app.db import utcnow
-from app.errors import not_found
 from app.execution import fence
 from app.execution.attempts import find_attempt, update_attempt
+from app.execution.key import AttemptKey
 from app.execution.schemas import ObservationIn, Report
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
+from app.orchestration.runs import get_task_instance
 
 
 def observe(*, session: Session, observation: ObservationIn, backoff: Backoff,
             now: datetime | None = None) -> tuple[TaskInstance, bool, bool]:
     """Answers (task instance, recorded on an attempt record, settled)."""
     now = now or utcnow()
-    ti = session.get(TaskInstance, observation.ti_id)
-    if ti is None:
-        raise not_found("task-instance", f"No task instance {observation.ti_id}.")
+    ti = get_task_instance(session=session, ti_id=observation.ti_id)
+    key = AttemptKey(ti.id, observation.try_number, observation.attempt_epoch)
     settled = None
     if observation.outcome is not None:
         # Settle first: the fence locks the run, then the task instance, then the attempt
         # record, in the order every settling path takes them.
-        token = AttemptClaims(ti.id, observation.try_number, observation.attempt_epoch, 0, {})
-        settled = fence.report(session=session, token=token, backoff=backoff, now=now,
+        settled = fence.report(session=session, key=key, backoff=backoff, now=now,
                                body=Report(state=observation.outcome, reason=observation.reason))
-    recorded = find_attempt(session, ti.id, observation.try_number, observation.attempt_epoch) is not None
+    recorded = find_attempt(session, key) is not None
     if recorded:
-        update_attempt(session, ti.id, observation.try_number, observation.attempt_epoch,
-                       observed_phase=observation.phase, observed_reason=observation.reason)
+        update_attempt(session, key, observed_phase=observation.phase, observed_reason=observation.reason)
     return settled or ti, recorded, settled is not None

@@ -7,37 +7,41 @@ from sqlmodel import Session
 
 from app.db import utcnow
 from app.execution.attempts import update_attempt
-from app.orchestration import rails, states as s
+from app.execution.key import AttemptKey
+from app.orchestration import rails
+from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.runs import run_task_instances
+from app.orchestration.states import AttemptState, Rail
 
 
-def _fenced(ti: TaskInstance) -> tuple | None:
+def _fenced(ti: TaskInstance) -> AttemptKey | None:
     """The attempt an operator rail is about to fence off, if one is in flight."""
-    return (ti.id, ti.try_number, ti.attempt_epoch) if ti.state in s.IN_FLIGHT else None
+    return AttemptKey.of(ti) if ti.state in s.IN_FLIGHT else None
 
 
-def clear(*, session: Session, ti: TaskInstance) -> TaskInstance | None:
+def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR) -> TaskInstance | None:
     """rails.clear; an in-flight attempt's record ends as `cleared`."""
     fenced = _fenced(ti)
-    cleared = rails.clear(session=session, ti=ti)
+    cleared = rails.clear(session=session, ti=ti, rail=rail)
     if cleared is not None and fenced:
-        update_attempt(session, *fenced, state="cleared", reason="cleared by an operator", ended_at=utcnow())
+        update_attempt(session, fenced, state=AttemptState.CLEARED, reason="cleared by an operator",
+                       ended_at=utcnow())
     return cleared
 
 
-def mark(*, session: Session, ti: TaskInstance, state: str) -> TaskInstance | None:
+def mark(*, session: Session, ti: TaskInstance, state: s.State) -> TaskInstance | None:
     """rails.mark; an in-flight attempt's record ends as `marked_success` or `marked_failed`."""
     fenced = _fenced(ti)
     marked = rails.mark(session=session, ti=ti, state=state)
     if marked is not None and fenced:
-        update_attempt(session, *fenced, state=f"marked_{state}", reason=f"marked {state} by an operator",
-                       ended_at=utcnow())
+        update_attempt(session, fenced, state=AttemptState(f"marked_{state}"),
+                       reason=f"marked {state} by an operator", ended_at=utcnow())
     return marked
 
 
 def clear_failed(*, session: Session, dag_run_id: uuid.UUID) -> None:
     """Clear every failed, infra_failed and upstream_failed task instance of the run."""
     for ti in run_task_instances(session=session, dag_run_id=dag_run_id):
-        if ti.state in s.FAILED_STATES:
-            clear(session=session, ti=ti)
+        if ti.state in s.CLEAR_FAILED.sources:
+            clear(session=session, ti=ti, rail=s.CLEAR_FAILED)

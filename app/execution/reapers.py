@@ -18,12 +18,12 @@ from sqlmodel import Session
 from app.config import Settings
 from app.db import is_postgres, utcnow
 from app.execution.attempts import close_attempt
+from app.execution.key import AttemptKey
 from app.identity.models import Execution
 from app.metrics import reaper_marks
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Backoff, Outcome, apply_outcome, promote_eligible
-from app.orchestration.runs import lock_run
+from app.orchestration.rails import Backoff, Outcome, apply_outcome, from_sources, lock_run, promote_eligible
 
 log = logging.getLogger("fenceline.reapers")
 SWEEP_LOCK_KEY = 0x66656E6365  # "fence"
@@ -31,10 +31,10 @@ SWEEP_LOCK_KEY = 0x66656E6365  # "fence"
 
 @dataclass(frozen=True)
 class Candidate:
-    ti_id: uuid.UUID
+    """An attempt a sweep listed, with the state it was in and the mark (reason) it is due."""
+
+    key: AttemptKey
     state: str
-    try_number: int
-    attempt_epoch: int
     reason: str
     # agent-lost only: a heartbeat at or after this saves the attempt, even one that landed
     # between the listing and the mark.
@@ -58,43 +58,45 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime) 
     execution that was superseded or observed terminal."""
     cols = (TaskInstance.id, TaskInstance.state, TaskInstance.try_number, TaskInstance.attempt_epoch)
     queries = {
-        "agent_lost": select(*cols).where(
-            TaskInstance.state == s.RUNNING,
+        s.AGENT_LOST: select(*cols).where(
+            from_sources(s.AGENT_LOST),
             or_(TaskInstance.last_heartbeat_at < now - thresholds.agent_lost,
                 TaskInstance.last_heartbeat_at.is_(None) & (TaskInstance.started_at < now - thresholds.agent_lost))),
-        "dispatch_lost": select(*cols).where(
-            TaskInstance.state == s.QUEUED, TaskInstance.queued_at < now - thresholds.dispatch_lost),
-        "worker_lost": select(*cols).join(Execution, Execution.execution_id == TaskInstance.execution_id).where(
-            TaskInstance.state.in_(s.IN_FLIGHT),
+        s.DISPATCH_LOST: select(*cols).where(
+            from_sources(s.DISPATCH_LOST), TaskInstance.queued_at < now - thresholds.dispatch_lost),
+        s.WORKER_LOST: select(*cols).join(Execution, Execution.execution_id == TaskInstance.execution_id).where(
+            from_sources(s.WORKER_LOST),
             or_(Execution.superseded_by.is_not(None), Execution.obs_terminal.is_(True))),
     }
     found: dict[uuid.UUID, Candidate] = {}
-    for reason, query in queries.items():  # worker_lost last: it names the cause best
-        silent_before = now - thresholds.agent_lost if reason == "agent_lost" else None
+    for rail, query in queries.items():  # worker_lost last: it names the cause best
+        silent_before = now - thresholds.agent_lost if rail is s.AGENT_LOST else None
         for row in session.execute(query):
-            found[row.id] = Candidate(row.id, row.state, row.try_number, row.attempt_epoch, reason, silent_before)
-    return sorted(found.values(), key=lambda c: str(c.ti_id))
+            key = AttemptKey(row.id, row.try_number, row.attempt_epoch)
+            found[row.id] = Candidate(key, row.state, rail.name, silent_before)
+    return sorted(found.values(), key=lambda c: str(c.key.ti_id))
 
 
 def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datetime) -> bool:
     """Route `candidate` as unexecutable(reason) if it is still exactly as listed (and, for
     agent-lost, still silent). The run and then the task instance are locked before the check,
     so a report or heartbeat either lands first and saves the attempt, or waits and is stale."""
-    ti = session.get(TaskInstance, candidate.ti_id)
+    ti = session.get(TaskInstance, candidate.key.ti_id)
     if ti is None:
         return False
     lock_run(session, ti.dag_run_id)
-    ti = session.get(TaskInstance, candidate.ti_id, populate_existing=True, with_for_update=True)
-    if (ti.state, ti.try_number, ti.attempt_epoch) != (candidate.state, candidate.try_number, candidate.attempt_epoch):
+    ti = session.get(TaskInstance, candidate.key.ti_id, populate_existing=True, with_for_update=True)
+    if (ti.state, AttemptKey.of(ti)) != (candidate.state, candidate.key):
         return False
     heartbeat = ti.last_heartbeat_at
     if candidate.silent_before is not None and heartbeat is not None and heartbeat >= candidate.silent_before:
         return False
     outcome = Outcome("unexecutable", candidate.reason)
     with session.begin_nested():
-        moved = apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now)
+        moved = apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now,
+                              within=s.REAPER_MARKS[candidate.reason])
         if moved is not None:
-            close_attempt(session, ti.id, candidate.try_number, candidate.attempt_epoch, outcome, now)
+            close_attempt(session, candidate.key, outcome, now)
     if moved is not None:
         reaper_marks.labels(reason=candidate.reason).inc()
     return moved is not None

@@ -1,4 +1,4 @@
-"""HTTP for dispatch, agent writes, observations, attempts and sweeps."""
+"""HTTP for dispatch, agent writes, observations, attempts, sweeps and the operator rails."""
 
 import uuid
 
@@ -6,16 +6,18 @@ from fastapi import APIRouter, Request
 
 from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
-from app.db import SessionDep
-from app.errors import problems
-from app.execution import attempts, dispatch, fence, observations, reapers
+from app.deps import SessionDep
+from app.errors import AppError
+from app.execution import attempts, dispatch, fence, observations, operator, reapers
 from app.execution.schemas import (
     AttemptPublic, AttemptsPublic, AttemptStatus, ClaimRequest, Correlation, ObservationIn, ObservationResult,
     RenewedToken, Report, SweepResult, WorkItem, WorkItems,
 )
+from app.orchestration import runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
-from app.orchestration.runs import get_task_instance
+from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
+from app.problems import problems
 
 router = APIRouter(tags=["execution"], responses=problems(401, 403, 422))
 STALE = problems(404, 409)
@@ -32,17 +34,13 @@ def status(ti: TaskInstance) -> AttemptStatus:
 @router.post("/v1/dispatch/claim", responses=problems(409))
 def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_id: WorkerDep) -> WorkItems:
     """Claim up to `limit` ready task instances for the calling execution (worker token)."""
-    settings = request.app.state.settings
+    keyring, ttl = installation(request).keyring, request.app.state.settings.attempt_token_ttl_seconds
     items = []
     for ti, run in dispatch.claim(session=session, execution_id=execution_id, limit=body.limit):
         correlation = Correlation(
             ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
             try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=run.tenant_id, trace_id=run.trace_id)
-        token = tokens.mint_attempt(installation(request).keyring, {
-            "sub": str(ti.id), "dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id,
-            "map_index": ti.map_index, "try_number": ti.try_number, "execution_id": str(execution_id),
-            "attempt_epoch": ti.attempt_epoch,
-        }, ttl_seconds=settings.attempt_token_ttl_seconds)
+        token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
         items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
     return WorkItems(items=items)
 
@@ -50,7 +48,7 @@ def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_i
 @router.post("/v1/attempts/report", responses=STALE)
 def report(body: Report, session: SessionDep, request: Request, token: AttemptDep) -> AttemptStatus:
     """Report `running` or the attempt's outcome (settle fence)."""
-    return status(fence.report(session=session, token=token, body=body, backoff=backoff(request)))
+    return status(fence.report(session=session, key=token.key, body=body, backoff=backoff(request)))
 
 
 @router.post("/v1/attempts/heartbeat", responses=STALE)
@@ -67,7 +65,7 @@ def live(session: SessionDep, token: AttemptDep) -> AttemptStatus:
 @router.post("/v1/attempts/release", responses=STALE)
 def release(session: SessionDep, token: AttemptDep) -> AttemptStatus:
     """Hand back a claim before user code started: requeued, no try or infra budget spent."""
-    return status(fence.release(session=session, token=token))
+    return status(fence.release(session=session, key=token.key))
 
 
 @router.post("/v1/auth/renew", tags=["auth"], responses=STALE)
@@ -91,7 +89,7 @@ def observe(body: ObservationIn, session: SessionDep, request: Request, _: Opera
 @router.get("/v1/task-instances/{ti_id}/attempts", responses=problems(404))
 def list_attempts(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> AttemptsPublic:
     """Every attempt epoch of the task instance, in (try, epoch) order."""
-    get_task_instance(session=session, ti_id=ti_id)
+    runs.get_task_instance(session=session, ti_id=ti_id)
     return AttemptsPublic(items=[AttemptPublic.model_validate(a, from_attributes=True)
                                  for a in attempts.list_attempts(session=session, ti_id=ti_id)])
 
@@ -102,3 +100,38 @@ def reap(session: SessionDep, request: Request, _: OperatorDep) -> SweepResult:
     marked = reapers.sweep(session=session, thresholds=reapers.Thresholds.from_settings(request.app.state.settings),
                            backoff=backoff(request))
     return SweepResult(marked=marked or {}, swept=marked is not None)
+
+
+# --- the operator rails -------------------------------------------------------------------------
+# Served here, beside the service that closes the attempt records they fence off; tagged
+# `orchestration` as they always were, so their operation ids stay the same.
+rails_router = APIRouter(prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
+
+
+def _moved(ti: TaskInstance | None) -> TaskInstance:
+    if ti is None:
+        raise AppError(409, "task-instance-moved", "Task instance moved",
+                       "The task instance changed while the request ran; read it and retry.")
+    return ti
+
+
+@rails_router.post("/runs/{dag_id}/{run_id}/clear-failed", responses=problems(404))
+def clear_failed(dag_id: str, run_id: str, session: SessionDep, _: OperatorDep) -> RunPublic:
+    """Clear every failed, infra_failed and upstream_failed task instance of the run."""
+    run = runs.get_run(session=session, dag_id=dag_id, run_id=run_id)
+    operator.clear_failed(session=session, dag_run_id=run.id)
+    return run_public(*runs.get_run_with_task_instances(session=session, dag_id=dag_id, run_id=run_id))
+
+
+@rails_router.post("/task-instances/{ti_id}/clear", responses=problems(404, 409))
+def clear_task_instance(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
+    """Start a new try (any in-flight attempt is fenced off and told to terminate)."""
+    ti = runs.get_task_instance(session=session, ti_id=ti_id)
+    return ti_public(_moved(operator.clear(session=session, ti=ti)))
+
+
+@rails_router.post("/task-instances/{ti_id}/mark", responses=problems(404, 409))
+def mark_task_instance(ti_id: uuid.UUID, body: MarkRequest, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
+    """Mark success or failed (any in-flight attempt is fenced off and told to terminate)."""
+    ti = runs.get_task_instance(session=session, ti_id=ti_id)
+    return ti_public(_moved(operator.mark(session=session, ti=ti, state=body.state)))

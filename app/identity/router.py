@@ -7,49 +7,17 @@ from fastapi import APIRouter, Header, Path, Request, Response
 
 from app.auth import tokens
 from app.auth.deps import LauncherDep, OperatorDep, installation
-from app.db import SessionDep
-from app.errors import problems
+from app.deps import SessionDep
+from app.problems import problems
 from app.identity import service
-from app.identity.models import Execution, Seat
 from app.identity.schemas import (
-    AdmissionPublic, AdmissionRequest, ExecutionPatch, ExecutionPublic, ExecutionsPublic, Observation,
-    OccupantsPublic, ResumeWrite, SeatName, SeatPublic, SeatPut,
+    AdmissionPublic, AdmissionRequest, ExecutionPatch, ExecutionPublic, ExecutionsPublic, OccupantsPublic,
+    ResumeWrite, SeatName, SeatPublic, SeatPut, execution_public, seat_public,
 )
 
 router = APIRouter(prefix="/v1", tags=["identity"], responses=problems(401, 403, 422))
 SeatPath = Annotated[SeatName, Path(description="The seat's canonical name, e.g. etl-worker-3.")]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)]
-
-
-def execution_public(e: Execution) -> ExecutionPublic:
-    target = None
-    if e.has_target:
-        fields = ("pod_namespace", "pod_name", "pod_uid") if e.runtime_backend == "kubernetes" else (
-            "server_id", "process_namespace", "pid")
-        target = {f: getattr(e, f) for f in fields if getattr(e, f) is not None}
-    observation = None
-    if e.obs_phase is not None:
-        observation = Observation(phase=e.obs_phase, reason=e.obs_reason, exit_code=e.obs_exit_code,
-                                  terminal=bool(e.obs_terminal), observed_at=e.obs_observed_at)
-    return ExecutionPublic(
-        execution_id=e.execution_id, seat=e.seat, swarm=e.swarm, role=e.role, labels=e.labels,
-        generation=e.generation, previous_execution_id=e.previous_execution_id,
-        superseded=e.superseded_by is not None, runtime_backend=e.runtime_backend,
-        runtime_target=target, observation=observation, created_at=e.created_at, updated_at=e.updated_at,
-    )
-
-
-def seat_public(seat: Seat, execution: Execution | None) -> SeatPublic:
-    current = execution_public(execution) if execution is not None else None
-    return SeatPublic(
-        seat=seat.name, swarm=seat.swarm, role=seat.role, labels=seat.labels,
-        runtime_backend=current.runtime_backend if current else "local",
-        runtime_target=current.runtime_target if current else None,
-        resume_token=seat.resume_token, last_message_id=seat.last_message_id,
-        context_window=seat.context_window, updated_at=seat.updated_at,
-        execution_id=current.execution_id if current else None,
-        generation=current.generation if current else 0, execution=current,
-    )
 
 
 @router.post("/seats/{seat}/executions", status_code=201, response_model=AdmissionPublic,
@@ -63,8 +31,7 @@ def admit_execution(
     if not created:
         response.status_code = 200
     ttl = request.app.state.settings.worker_token_ttl_seconds
-    token = tokens.mint(installation(request).keyring,
-                        {"sub": str(execution.execution_id), "scope": "worker", "seat": seat}, ttl_seconds=ttl)
+    token = tokens.mint_worker(installation(request).keyring, execution.execution_id, seat, ttl_seconds=ttl)
     return AdmissionPublic(**execution_public(execution).model_dump(), worker_token=token)
 
 

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator
 
+from app.identity.models import Execution, Seat
 from app.schemas import Strict
 
 SeatName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")]
@@ -143,3 +144,36 @@ class SeatPublic(BaseModel):
 
 class OccupantsPublic(BaseModel):
     items: list[ExecutionPublic]
+
+
+# --- presentation: table rows as their wire shapes ------------------------------------------
+
+def execution_public(e: Execution) -> ExecutionPublic:
+    target = None
+    if e.has_target:
+        fields = ("pod_namespace", "pod_name", "pod_uid") if e.runtime_backend == "kubernetes" else (
+            "server_id", "process_namespace", "pid")
+        target = {f: getattr(e, f) for f in fields if getattr(e, f) is not None}
+    observation = None
+    if e.obs_phase is not None:
+        observation = Observation(phase=e.obs_phase, reason=e.obs_reason, exit_code=e.obs_exit_code,
+                                  terminal=bool(e.obs_terminal), observed_at=e.obs_observed_at)
+    return ExecutionPublic(
+        execution_id=e.execution_id, seat=e.seat, swarm=e.swarm, role=e.role, labels=e.labels,
+        generation=e.generation, previous_execution_id=e.previous_execution_id,
+        superseded=e.superseded_by is not None, runtime_backend=e.runtime_backend,
+        runtime_target=target, observation=observation, created_at=e.created_at, updated_at=e.updated_at,
+    )
+
+
+def seat_public(seat: Seat, execution: Execution | None) -> SeatPublic:
+    current = execution_public(execution) if execution is not None else None
+    return SeatPublic(
+        seat=seat.name, swarm=seat.swarm, role=seat.role, labels=seat.labels,
+        runtime_backend=current.runtime_backend if current else "local",
+        runtime_target=current.runtime_target if current else None,
+        resume_token=seat.resume_token, last_message_id=seat.last_message_id,
+        context_window=seat.context_window, updated_at=seat.updated_at,
+        execution_id=current.execution_id if current else None,
+        generation=current.generation if current else 0, execution=current,
+    )

@@ -8,20 +8,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from app.auth.deps import AttemptDep, OperatorDep
-from app.db import SessionDep
-from app.errors import AppError, problems
+from app.deps import SessionDep, StoreDep
+from app.errors import AppError
+from app.problems import problems
 from app.logs import service
-from app.logs.store import LogStore
 from app.schemas import Strict
 
 router = APIRouter(tags=["logs"], responses=problems(401, 403, 422))
-
-
-def log_store(request: Request) -> LogStore:
-    return request.app.state.log_store
-
-
-StoreDep = Annotated[LogStore, Depends(log_store)]
 
 
 def limit_request_size(request: Request) -> None:

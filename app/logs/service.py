@@ -11,17 +11,18 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlmodel import Session
 
 from app.auth.tokens import AttemptClaims
 from app.errors import AppError, not_found
-from app.execution.fence import settle_match, stale_report
+from app.execution import history
+from app.execution.fence import settled_by, stale_report
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution
 from app.logs.store import LogConflict, LogGap, LogStore
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
+from app.orchestration.runs import get_task_instance
 
 SYSTEM_PREFIX = "::fenceline::"
 
@@ -38,8 +39,8 @@ def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: i
     append is refused like any stale write. 409 log-offset-gap past the end; 413 past the
     per-attempt limit."""
     ti = session.get(TaskInstance, token.ti_id)
-    if ti is None or not settle_match(token, ti):
-        raise stale_report(token, ti)
+    if ti is None or not settled_by(token.key, ti):
+        raise stale_report(token.key, ti)
     key = log_key(ti, ti.try_number, ti.attempt_epoch)
     data = content.encode()
     stored = store.size(key) or 0
@@ -83,12 +84,11 @@ class TryLog:
 
 
 def _header(try_number: int, attempt: TaskAttempt | None, epoch: int, previous: TaskAttempt | None,
-            seats: dict[uuid.UUID, tuple[str, int]]) -> bytes:
+            runners: dict[uuid.UUID, Execution]) -> bytes:
     if attempt is None or attempt.execution_id is None:
         runner = "an unrecorded execution"
-    elif attempt.execution_id in seats:
-        seat, generation = seats[attempt.execution_id]
-        runner = f"execution {attempt.execution_id} (seat {seat}, generation {generation})"
+    elif (execution := runners.get(attempt.execution_id)) is not None:
+        runner = f"execution {attempt.execution_id} (seat {execution.seat}, generation {execution.generation})"
     else:
         runner = f"execution {attempt.execution_id}"
     if previous is None:
@@ -101,27 +101,19 @@ def _header(try_number: int, attempt: TaskAttempt | None, epoch: int, previous: 
 
 def try_log(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: int) -> TryLog:
     """The segments of one try's log, sized as stored now. 404 for a try that never existed."""
-    ti = session.get(TaskInstance, ti_id)
-    if ti is None:
-        raise not_found("task-instance", f"No task instance {ti_id}.")
+    ti = get_task_instance(session=session, ti_id=ti_id)
     if not 1 <= try_number <= ti.try_number:
         raise not_found("try", f"Task instance {ti_id} has no try {try_number}.")
-    attempts = list(session.execute(
-        select(TaskAttempt).where(TaskAttempt.task_instance_id == ti.id, TaskAttempt.try_number == try_number)
-        .order_by(TaskAttempt.attempt_epoch)
-    ).scalars())
+    attempts = history.try_epochs(session, ti, try_number)
     by_epoch: dict[int, TaskAttempt | None] = {a.attempt_epoch: a for a in attempts}
     if 0 not in by_epoch and store.size(log_key(ti, try_number, 0)) is not None:
         by_epoch[0] = None  # a legacy stream written before the fence
-    runners = {a.execution_id for a in attempts if a.execution_id}
-    seats = {row.execution_id: (row.seat, row.generation) for row in session.execute(
-        select(Execution.execution_id, Execution.seat, Execution.generation)
-        .where(Execution.execution_id.in_(runners)))} if runners else {}
+    runners = history.runners(session, attempts)
     segments, previous = [], None
     for epoch in sorted(by_epoch):
         attempt = by_epoch[epoch]
         key = log_key(ti, try_number, epoch)
-        segments.append(Segment(epoch, _header(try_number, attempt, epoch, previous, seats), key,
+        segments.append(Segment(epoch, _header(try_number, attempt, epoch, previous, runners), key,
                                 store.size(key) or 0))
         previous = attempt
     live = try_number == ti.try_number and ti.state not in (*s.FINISHED, s.UP_FOR_RETRY)

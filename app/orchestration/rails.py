@@ -1,12 +1,13 @@
 """The named rails: every transition a task instance can make, each one compare-and-swap.
 
-Every rail that can start a new execution (retry, clear, clear-all-failed, infra re-place,
-reschedule re-dispatch, requeue; the claim lives in execution/dispatch.py) bumps
-`attempt_epoch` and clears `last_heartbeat_at` in the same statement, so nothing a superseded
-attempt does can settle, heartbeat for, or outlive its replacement.
+The rail table (states.py) says where each rail may move a row from and to. Every rail that
+can start a new execution (retry, clear, clear-all-failed, infra re-place, reschedule
+re-dispatch, requeue, the claim in execution/dispatch.py) bumps `attempt_epoch` and clears
+`last_heartbeat_at` in the same statement, so nothing a superseded attempt does can settle,
+heartbeat for, or outlive its replacement.
 
-Each CAS is guarded on `(id, state, try_number, attempt_epoch)` as read from the candidate:
-`None` means the row moved and the caller lost the race.
+Each CAS is guarded on `(id, state, try_number, attempt_epoch)` as read from the candidate and
+on the rail's source states: `None` means the row moved and the caller lost the race.
 """
 
 import random
@@ -15,13 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlmodel import Session
 
 from app.db import insert_ignore, utcnow
 from app.orchestration import states as s
-from app.orchestration.models import TaskInstance, TaskInstanceHistory
-from app.orchestration.runs import lock_run, refresh_run
+from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
+from app.orchestration.states import Rail
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,29 @@ class Backoff:
         return timedelta(seconds=ceiling * random.uniform(0.5, 1.0))
 
 
-# What a new execution attempt starts without: the previous one's heartbeat, worker and start.
-NEW_EXECUTION = {"last_heartbeat_at": None, "execution_id": None, "user_code_started": False, "started_at": None}
+# What a new execution attempt starts without: the previous one's worker and start.
+NEW_EXECUTION = {"execution_id": None, "user_code_started": False, "started_at": None}
 
 
-def cas(session: Session, ti: TaskInstance, **values: Any) -> TaskInstance | None:
-    """Move `ti` from the state, try and epoch it was read with; None if it moved since."""
+def from_sources(rail: Rail) -> ColumnElement[bool]:
+    """The guard every statement of `rail` carries: the row is in one of its source states."""
+    return TaskInstance.state.in_(rail.sources)
+
+
+def moved_to(rail: Rail, now: datetime) -> dict[str, Any]:
+    """What every statement of `rail` sets: its target state and, for a rail that starts a new
+    execution attempt, a new epoch without the old one's heartbeat."""
+    values: dict[str, Any] = {"state": rail.target, "updated_at": now}
+    if rail.new_epoch:
+        values.update(attempt_epoch=TaskInstance.attempt_epoch + 1, last_heartbeat_at=None)
+    return values
+
+
+def cas(session: Session, ti: TaskInstance, rail: Rail, now: datetime | None = None, *,
+        within: Rail | None = None, **values: Any) -> TaskInstance | None:
+    """Move `ti` along `rail` from the state, try and epoch it was read with; None if it moved
+    since, or if that state is not one of the rail's sources (nor of `within`'s, when given)."""
+    guards = [from_sources(rail)] if within is None else [from_sources(rail), from_sources(within)]
     return session.execute(
         update(TaskInstance)
         .where(
@@ -62,8 +80,9 @@ def cas(session: Session, ti: TaskInstance, **values: Any) -> TaskInstance | Non
             TaskInstance.state == ti.state,
             TaskInstance.try_number == ti.try_number,
             TaskInstance.attempt_epoch == ti.attempt_epoch,
+            *guards,
         )
-        .values(**values, updated_at=utcnow())
+        .values(**moved_to(rail, now or utcnow()), **values)
         .returning(TaskInstance)
         .execution_options(populate_existing=True, synchronize_session=False)
     ).scalar_one_or_none()
@@ -90,7 +109,8 @@ def _settled(session: Session, ti: TaskInstance | None, archived_state: str | No
 
 
 def apply_outcome(
-    *, session: Session, ti: TaskInstance, outcome: Outcome, backoff: Backoff, now: datetime | None = None
+    *, session: Session, ti: TaskInstance, outcome: Outcome, backoff: Backoff, now: datetime | None = None,
+    within: Rail | None = None,
 ) -> TaskInstance | None:
     """Route one attempt's outcome from the state `ti` was read in.
 
@@ -98,86 +118,84 @@ def apply_outcome(
     max_tries, else failed; unexecutable (infra) re-places the same try on the back-off budget
     and ends in infra_failed when the budget is spent, or at once for a non-idempotent task
     whose user code started; rescheduled waits for reschedule_at on the same try.
+    `within`, a reaper's mark, narrows the states the outcome may be applied from.
     None if the attempt was superseded meanwhile.
     """
     now = now or utcnow()
     lock_run(session, ti.dag_run_id)
+
+    def move(rail: Rail, **values: Any) -> TaskInstance | None:
+        return cas(session, ti, rail, now, within=within, **values)
+
     if outcome.kind == "success":
-        return _settled(session, cas(session, ti, state=s.SUCCESS, ended_at=now), s.SUCCESS, now)
+        return _settled(session, move(s.SUCCEED, ended_at=now), s.SUCCESS, now)
     if outcome.kind == "failed":
         failure = {"last_failure_kind": "app", "last_failure_reason": outcome.reason, "ended_at": now}
         if ti.try_number <= ti.max_tries:
             retry_at = now + timedelta(seconds=ti.retry_delay_seconds)
-            return _settled(session, cas(session, ti, state=s.UP_FOR_RETRY, next_eligible_at=retry_at, **failure),
-                            s.FAILED, now)
-        return _settled(session, cas(session, ti, state=s.FAILED, **failure), s.FAILED, now)
+            return _settled(session, move(s.FAIL_FOR_RETRY, next_eligible_at=retry_at, **failure), s.FAILED, now)
+        return _settled(session, move(s.FAIL, **failure), s.FAILED, now)
     if outcome.kind == "unexecutable":
         failure = {"last_failure_kind": "infra", "last_failure_reason": outcome.reason}
         started_non_idempotent = not ti.idempotent and ti.user_code_started
         if started_non_idempotent or ti.infra_attempts >= ti.max_infra_attempts:
-            return _settled(session, cas(session, ti, state=s.INFRA_FAILED, ended_at=now, **failure),
-                            s.INFRA_FAILED, now)
-        return replace_after_infra_fault(session=session, ti=ti, backoff=backoff, now=now, **failure)
-    return cas(session, ti, state=s.UP_FOR_RESCHEDULE, next_eligible_at=outcome.reschedule_at, last_heartbeat_at=None)
-
-
-def replace_after_infra_fault(
-    *, session: Session, ti: TaskInstance, backoff: Backoff, now: datetime, **failure: Any
-) -> TaskInstance | None:
-    """in flight -> scheduled after back-off, same try, infra_attempts + 1, new epoch."""
-    return cas(
-        session, ti, state=s.SCHEDULED, attempt_epoch=ti.attempt_epoch + 1, infra_attempts=ti.infra_attempts + 1,
-        next_eligible_at=now + backoff.delay(ti.infra_attempts), **NEW_EXECUTION, **failure,
-    )
+            return _settled(session, move(s.INFRA_FAIL, ended_at=now, **failure), s.INFRA_FAILED, now)
+        return move(s.REPLACE_AFTER_INFRA_FAULT, infra_attempts=ti.infra_attempts + 1,
+                    next_eligible_at=now + backoff.delay(ti.infra_attempts), **NEW_EXECUTION, **failure)
+    return move(s.RESCHEDULE, next_eligible_at=outcome.reschedule_at, last_heartbeat_at=None)
 
 
 def requeue(*, session: Session, ti: TaskInstance) -> TaskInstance | None:
     """queued -> scheduled, same try, new epoch, no infra budget spent: a worker hands back a
     claim whose user code never started."""
-    if ti.state != s.QUEUED:
-        return None
-    return cas(session, ti, state=s.SCHEDULED, attempt_epoch=ti.attempt_epoch + 1, next_eligible_at=None,
-               **NEW_EXECUTION)
+    return cas(session, ti, s.REQUEUE, next_eligible_at=None, **NEW_EXECUTION)
+
+
+# The time-driven rails, and what each sets beyond its rail: reset_for_retry starts the next
+# try on a fresh infra budget; redispatch_after_reschedule keeps the try.
+PROMOTIONS: dict[Rail, dict[str, Any]] = {
+    s.RESET_FOR_RETRY: {"try_number": TaskInstance.try_number + 1, "infra_attempts": 0, "ended_at": None,
+                        "queued_at": None},
+    s.REDISPATCH_AFTER_RESCHEDULE: {},
+}
+
+
+def promote(*, session: Session, rail: Rail, now: datetime, skip_locked: bool) -> None:
+    """Take the time-driven `rail` (up_for_retry or up_for_reschedule -> scheduled, new epoch)
+    for every row whose wait is over. Rows another transaction holds are skipped, not waited for."""
+    due = select(TaskInstance.id).where(from_sources(rail), TaskInstance.next_eligible_at <= now)
+    if skip_locked:
+        due = due.with_for_update(skip_locked=True)
+    session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.id.in_(due), from_sources(rail))
+        .values(**moved_to(rail, now), next_eligible_at=None, **NEW_EXECUTION, **PROMOTIONS[rail])
+        .execution_options(synchronize_session=False)
+    )
 
 
 def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> None:
-    """The time-driven rails, for every row whose wait is over:
-    reset_for_retry (up_for_retry -> scheduled, next try) and redispatch_after_reschedule
-    (up_for_reschedule -> scheduled, same try). Both bump the epoch. Rows another
-    transaction holds are skipped, not waited for."""
-    for state, extra in (
-        (s.UP_FOR_RETRY, {"try_number": TaskInstance.try_number + 1, "infra_attempts": 0,
-                          "ended_at": None, "queued_at": None}),
-        (s.UP_FOR_RESCHEDULE, {}),
-    ):
-        due = select(TaskInstance.id).where(TaskInstance.state == state, TaskInstance.next_eligible_at <= now)
-        if skip_locked:
-            due = due.with_for_update(skip_locked=True)
-        session.execute(
-            update(TaskInstance)
-            .where(TaskInstance.id.in_(due), TaskInstance.state == state)
-            .values(state=s.SCHEDULED, attempt_epoch=TaskInstance.attempt_epoch + 1, next_eligible_at=None,
-                    updated_at=now, **NEW_EXECUTION, **extra)
-            .execution_options(synchronize_session=False)
-        )
+    """Every time-driven rail whose wait is over."""
+    for rail in PROMOTIONS:
+        promote(session=session, rail=rail, now=now, skip_locked=skip_locked)
 
 
-def clear(*, session: Session, ti: TaskInstance, now: datetime | None = None) -> TaskInstance | None:
+def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR, now: datetime | None = None) -> TaskInstance | None:
     """Any started or finished state -> a new try (scheduled, or none while upstreams are not
     done), new epoch, fresh infra budget, and `retries` more tries after it (Airflow's
     max_tries = try_number + retries, counted from the last try that ran). A try that never
-    ran (upstream_failed) is reused. In-flight attempts are fenced off."""
+    ran (upstream_failed) is reused. In-flight attempts are fenced off. A task instance the
+    rail does not apply to (one that has not started) is answered unchanged."""
     now = now or utcnow()
-    if ti.state not in s.CLEARABLE:
+    if ti.state not in rail.sources:
         return ti
     lock_run(session, ti.dag_run_id)
     if ti.state in s.IN_FLIGHT or ti.state == s.UP_FOR_RESCHEDULE:
         archive_try(session, ti, s.FAILED)
     next_try = ti.try_number if ti.state == s.UPSTREAM_FAILED else ti.try_number + 1
     cleared = cas(
-        session, ti, state=s.NONE, try_number=next_try, max_tries=next_try - 1 + ti.retries,
-        attempt_epoch=ti.attempt_epoch + 1, infra_attempts=0, next_eligible_at=None,
-        queued_at=None, ended_at=None, **NEW_EXECUTION,
+        session, ti, rail, now, try_number=next_try, max_tries=next_try - 1 + ti.retries,
+        infra_attempts=0, next_eligible_at=None, queued_at=None, ended_at=None, **NEW_EXECUTION,
     )
     if cleared is None:
         return None
@@ -185,13 +203,69 @@ def clear(*, session: Session, ti: TaskInstance, now: datetime | None = None) ->
     return session.get(TaskInstance, cleared.id, populate_existing=True)  # readiness may have scheduled it
 
 
-def mark(*, session: Session, ti: TaskInstance, state: str, now: datetime | None = None) -> TaskInstance | None:
+def mark(*, session: Session, ti: TaskInstance, state: s.State, now: datetime | None = None) -> TaskInstance | None:
     """An operator's verdict: -> success or failed, new epoch (any in-flight worker is told to
     terminate), try archived."""
     now = now or utcnow()
     if ti.state == state:
         return ti
     lock_run(session, ti.dag_run_id)
-    marked = cas(session, ti, state=state, attempt_epoch=ti.attempt_epoch + 1, ended_at=now,
-                 last_heartbeat_at=None, next_eligible_at=None)
+    rail = s.MARK_SUCCESS if state == s.SUCCESS else s.MARK_FAILED
+    marked = cas(session, ti, rail, now, ended_at=now, next_eligible_at=None)
     return _settled(session, marked, state, now)
+
+
+# --- the run: one lock order, and readiness --------------------------------------------------
+
+def lock_run(session: Session, dag_run_id: uuid.UUID) -> None:
+    """Lock the run's row. Every path that settles, clears or marks a task instance takes it
+    before the task instance's row: one lock order, so those paths queue on the run and never
+    deadlock, also against a reaper sweep that holds a run across several marks."""
+    session.execute(select(DagRun.id).where(DagRun.id == dag_run_id).with_for_update()).scalar_one()
+
+
+def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reopen: bool = False) -> None:
+    """Readiness and the run's state, after a task instance finished (or was cleared).
+
+    Under the run's lock, two upstreams finishing at once are judged one after the other and
+    the second always sees the first: a downstream task is never left waiting.
+    Waiting tasks whose upstreams all succeeded become scheduled; those with a failed upstream
+    become upstream_failed; with `reopen`, upstream_failed tasks wait again.
+    """
+    lock_run(session, dag_run_id)
+    if reopen:
+        session.execute(update(TaskInstance)
+                        .where(TaskInstance.dag_run_id == dag_run_id, from_sources(s.REOPEN))
+                        .values(**moved_to(s.REOPEN, now)).execution_options(synchronize_session=False))
+    # Only what readiness needs, not whole rows: this runs on every finished task instance.
+    rows = session.execute(
+        select(TaskInstance.id, TaskInstance.task_id, TaskInstance.state, TaskInstance.upstream_task_ids)
+        .where(TaskInstance.dag_run_id == dag_run_id)).all()
+    stored = {row.id: row.state for row in rows}
+    state = dict(stored)
+    by_task: dict[str, list[uuid.UUID]] = {}
+    for row in rows:
+        by_task.setdefault(row.task_id, []).append(row.id)
+    changed = True
+    while changed:  # upstream_failed propagates down the graph
+        changed = False
+        for row in rows:
+            if state[row.id] != s.NONE:
+                continue
+            upstream = [state[u] for task in row.upstream_task_ids for u in by_task.get(task, [])]
+            if any(st in s.FAILED_STATES for st in upstream):
+                state[row.id], changed = s.UPSTREAM_FAILED, True
+            elif all(st == s.SUCCESS for st in upstream):
+                state[row.id], changed = s.SCHEDULED, True
+    for rail in (s.READY, s.UPSTREAM_FAIL):
+        moved = [ti_id for ti_id, st in state.items() if st == rail.target and stored[ti_id] != rail.target]
+        if moved:
+            session.execute(update(TaskInstance).where(TaskInstance.id.in_(moved), from_sources(rail))
+                            .values(**moved_to(rail, now)).execution_options(synchronize_session=False))
+    finals = set(state.values())
+    if finals <= set(s.FINISHED):
+        run_state, ended = (s.SUCCESS if finals == {s.SUCCESS} else s.FAILED), now
+    else:
+        run_state, ended = "running", None
+    session.execute(update(DagRun).where(DagRun.id == dag_run_id)
+                    .values(state=run_state, ended_at=ended, updated_at=now).execution_options(synchronize_session=False))

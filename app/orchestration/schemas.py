@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
+from app.orchestration.models import DagRun, TaskInstance
 from app.schemas import Strict
 
 # Identifiers become log path segments: never "." or "..", so none may start with a dot.
@@ -123,3 +124,24 @@ class RunsPublic(BaseModel):
 
 class MarkRequest(Strict):
     state: Literal["success", "failed"]
+
+
+# --- presentation: table rows as their wire shapes ------------------------------------------
+
+def ti_public(ti: TaskInstance) -> TaskInstancePublic:
+    return TaskInstancePublic(
+        ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
+        state=ti.state, try_number=ti.try_number, max_tries=ti.max_tries, attempt_epoch=ti.attempt_epoch,
+        infra_attempts=ti.infra_attempts, max_infra_attempts=ti.max_infra_attempts,
+        last_failure_kind=ti.last_failure_kind, last_failure_reason=ti.last_failure_reason,
+        execution_id=ti.execution_id, idempotent=ti.idempotent, retries=ti.retries,
+        retry_delay=ti.retry_delay_seconds, upstream=ti.upstream_task_ids, payload=ti.payload,
+        next_eligible_at=ti.next_eligible_at, last_heartbeat_at=ti.last_heartbeat_at, queued_at=ti.queued_at,
+        started_at=ti.started_at, ended_at=ti.ended_at, updated_at=ti.updated_at,
+    )
+
+
+def run_public(run: DagRun, tis: list[TaskInstance]) -> RunPublic:
+    return RunPublic(dag_id=run.dag_id, run_id=run.run_id, state=run.state, tenant_id=run.tenant_id,
+                     trace_id=run.trace_id, conf=run.conf, created_at=run.created_at, ended_at=run.ended_at,
+                     task_instances=[ti_public(ti) for ti in tis])

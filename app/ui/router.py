@@ -15,11 +15,9 @@ from fastapi.responses import FileResponse, RedirectResponse, Response, Streamin
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
-from app.auth.deps import installation
-from app.auth.router import operator_token
-from app.db import SessionDep
+from app.auth.deps import installation, operator_token
+from app.deps import SessionDep, StoreDep
 from app.logs import service as logs
-from app.logs.router import StoreDep
 from app.orchestration import states as s
 from app.ui import access, views
 from app.ui.access import UiOperatorDep

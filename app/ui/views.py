@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from sqlmodel import Session
 
 from app.errors import AppError
-from app.execution.attempts import list_attempts
+from app.execution import history
 from app.execution.models import TaskAttempt
 from app.identity import service as identity
-from app.identity.router import execution_public
-from app.identity.schemas import ExecutionPublic
+from app.identity.schemas import ExecutionPublic, execution_public
 from app.logs import service as logs
 from app.logs.store import LogStore
-from app.orchestration import runs, states as s
+from app.orchestration import runs
+from app.orchestration import states as s
+from app.orchestration.states import AttemptState
 from app.orchestration.models import DagRun, TaskInstance
 
 RUNS_PER_PAGE = 50
@@ -62,7 +63,7 @@ class Epoch:
         if a.outcome_kind is not None:
             text = OUTCOME_TEXT.get(a.outcome_kind, a.outcome_kind)
             return f"{text}: {a.reason}" if a.reason else text
-        if a.state == "released":
+        if a.state == AttemptState.RELEASED:
             return "handed back before user code started (no budget spent)"
         if self.current:
             return "in flight"
@@ -79,26 +80,19 @@ class Try:
         return sum(1 for e in self.epochs if e.attempt.outcome_kind == "infra")
 
 
-def _executions(session: Session, ids: set[uuid.UUID]) -> dict[uuid.UUID, ExecutionPublic]:
-    found = {}
-    for execution_id in ids:
-        try:
-            found[execution_id] = execution_public(identity.get_execution(session=session, execution_id=execution_id))
-        except AppError:
-            pass  # history outlived it (e.g. a partial restore): shown by ID alone
-    return found
-
-
 def task_instance_page(*, session: Session, ti_id: uuid.UUID) -> tuple[TaskInstance, list[Try]]:
     """The task instance and every try it has had, each with its epochs in order."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
-    attempts = list_attempts(session=session, ti_id=ti_id)
-    executions = _executions(session, {a.execution_id for a in attempts if a.execution_id is not None})
+    found = history.tries(session, ti)
+    executions = {i: execution_public(e) for i, e in
+                  history.runners(session, [a for t in found for a in t.epochs]).items()}
     tries = {n: Try(n) for n in range(1, ti.try_number + 1)}
-    for a in attempts:
-        current = (a.try_number, a.attempt_epoch) == (ti.try_number, ti.attempt_epoch) and ti.state in s.IN_FLIGHT
-        tries.setdefault(a.try_number, Try(a.try_number)).epochs.append(
-            Epoch(a, executions.get(a.execution_id) if a.execution_id else None, current))
+    for t in found:
+        live = t.current and ti.state in s.IN_FLIGHT
+        tries.setdefault(t.number, Try(t.number)).epochs.extend(
+            Epoch(a, executions.get(a.execution_id) if a.execution_id else None,
+                  current=live and a.attempt_epoch == ti.attempt_epoch)
+            for a in t.epochs)
     return ti, [tries[n] for n in sorted(tries)]
 
 

@@ -2,6 +2,7 @@
 compare-and-swap on the candidate as it was listed. Time is driven by the `now` given to a
 sweep, never by sleeping."""
 
+import uuid
 import threading
 import time
 from datetime import datetime, timedelta
@@ -11,6 +12,7 @@ from sqlmodel import Session
 
 from app.db import utcnow
 from app.execution import reapers
+from app.execution.key import AttemptKey
 from app.orchestration.rails import Backoff
 from tests.agents import (
     Worker,
@@ -63,7 +65,7 @@ class TestMark:
         create_run(client, operator, task("a"))
         attempt = Worker(client, operator).claim_one()
         (candidate,) = self.candidates(engine, dispatch_lost=timedelta(0))
-        assert (candidate.reason, candidate.state, candidate.attempt_epoch) == ("dispatch_lost", "queued", 1)
+        assert (candidate.reason, candidate.state, candidate.key.attempt_epoch) == ("dispatch_lost", "queued", 1)
         attempt.report("running")
         before = read_ti(client, operator, attempt.ti_id)
         assert self.mark(engine, candidate) is False
@@ -98,8 +100,8 @@ class TestMark:
         attempt = Worker(client, operator).claim_one()
         attempt.report("running")
         listed_at = heartbeat_at(client, operator, attempt.ti_id)
-        candidate = reapers.Candidate(reapers.uuid.UUID(attempt.ti_id), "running", 1, attempt.epoch, "agent_lost",
-                                      silent_before=listed_at + timedelta(microseconds=1))
+        key = AttemptKey(uuid.UUID(attempt.ti_id), 1, attempt.epoch)
+        candidate = reapers.Candidate(key, "running", "agent_lost", silent_before=listed_at + timedelta(microseconds=1))
         assert attempt.heartbeat().status_code == 200
         before = read_ti(client, operator, attempt.ti_id)
         assert self.mark(engine, candidate) is False
@@ -146,7 +148,7 @@ class TestLockOrder:
                 answers.append(http.post(path, json=body, headers=headers))
 
         with Session(engine) as session:
-            candidates = {str(c.ti_id): c for c in reapers.find_candidates(
+            candidates = {str(c.key.ti_id): c for c in reapers.find_candidates(
                 session=session, thresholds=reapers.Thresholds(timedelta(0), timedelta(0)),
                 now=utcnow() + timedelta(seconds=1))}
             assert reapers.mark(session=session, candidate=candidates[a.ti_id], backoff=NO_BACKOFF, now=utcnow())
@@ -181,7 +183,7 @@ class TestLockOrder:
         with Session(engine) as session:
             (candidate,) = [c for c in reapers.find_candidates(
                 session=session, thresholds=reapers.Thresholds(timedelta(0), timedelta(0)),
-                now=utcnow() + timedelta(seconds=1)) if str(c.ti_id) == attempts["a"].ti_id]
+                now=utcnow() + timedelta(seconds=1)) if str(c.key.ti_id) == attempts["a"].ti_id]
             assert reapers.mark(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
             thread = threading.Thread(target=clear_c)
             thread.start()

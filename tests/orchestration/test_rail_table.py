@@ -1,0 +1,135 @@
+"""The rail table (app/orchestration/states.py) is what the rails obey: each rail, driven through
+the service that takes it, moves a task instance from every one of its source states to its
+target, and refuses every other state, leaving the row as it was."""
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+from sqlmodel import Session
+
+from app.db import utcnow
+from app.errors import AppError
+from app.execution import dispatch, fence, operator, reapers
+from app.execution.key import AttemptKey
+from app.execution.schemas import Report
+from app.orchestration import rails
+from app.orchestration import states as s
+from app.orchestration.models import TaskInstance
+from app.orchestration.rails import Backoff, Outcome, apply_outcome
+from tests.agents import Worker, create_run, task, ti_ids
+
+NO_BACKOFF = Backoff(0, 0)
+
+
+@dataclass
+class Case:
+    """A task instance forced into a state, and what else the rail needs to act on it."""
+
+    ti_id: uuid.UUID
+    dag_run_id: uuid.UUID
+    execution_id: uuid.UUID
+
+
+def outcome(kind: str, reason: str | None = None, **at: Any) -> Callable[[Session, TaskInstance, Case], Any]:
+    return lambda session, ti, case: apply_outcome(session=session, ti=ti, outcome=Outcome(kind, reason, **at),
+                                                   backoff=NO_BACKOFF)
+
+
+def reaper_mark(reason: str) -> Callable[[Session, TaskInstance, Case], Any]:
+    def mark(session: Session, ti: TaskInstance, case: Case) -> Any:
+        candidate = reapers.Candidate(AttemptKey.of(ti), ti.state, reason)
+        return reapers.mark(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
+    return mark
+
+
+def promotion(rail: s.Rail) -> Callable[[Session, TaskInstance, Case], Any]:
+    return lambda session, ti, case: rails.promote(session=session, rail=rail, now=utcnow(), skip_locked=False)
+
+
+def refresh(reopen: bool = False) -> Callable[[Session, TaskInstance, Case], Any]:
+    return lambda session, ti, case: rails.refresh_run(session, case.dag_run_id, utcnow(), reopen=reopen)
+
+
+# rail -> (the task it acts on: "a" stands alone, "t" waits on "up"; the state "up" is put in;
+#          column values the rail's branch needs; how the rail is taken; the state a source moves to)
+SPECS: dict[str, tuple[str, str, dict[str, Any], Callable[[Session, TaskInstance, Case], Any], s.State]] = {
+    "claim": ("a", s.RUNNING, {}, lambda session, ti, case: dispatch.claim(
+        session=session, execution_id=case.execution_id, limit=10), s.QUEUED),
+    "start": ("a", s.RUNNING, {}, lambda session, ti, case: fence.report(
+        session=session, key=AttemptKey.of(ti), body=Report(state="running"), backoff=NO_BACKOFF), s.RUNNING),
+    "requeue": ("a", s.RUNNING, {}, lambda session, ti, case: rails.requeue(session=session, ti=ti), s.SCHEDULED),
+    "succeed": ("a", s.RUNNING, {}, outcome("success"), s.SUCCESS),
+    "fail_for_retry": ("a", s.RUNNING, {"max_tries": 1}, outcome("failed"), s.UP_FOR_RETRY),
+    "fail": ("a", s.RUNNING, {"max_tries": 0}, outcome("failed"), s.FAILED),
+    "infra_fail": ("a", s.RUNNING, {"max_infra_attempts": 0}, outcome("unexecutable", "evicted"), s.INFRA_FAILED),
+    "replace_after_infra_fault": ("a", s.RUNNING, {"max_infra_attempts": 3}, outcome("unexecutable", "evicted"),
+                                  s.SCHEDULED),
+    "reschedule": ("a", s.RUNNING, {}, outcome("rescheduled", reschedule_at=utcnow() + timedelta(hours=1)),
+                   s.UP_FOR_RESCHEDULE),
+    "reset_for_retry": ("a", s.RUNNING, {"next_eligible_at": utcnow() - timedelta(seconds=1)},
+                        promotion(s.RESET_FOR_RETRY), s.SCHEDULED),
+    "redispatch_after_reschedule": ("a", s.RUNNING, {"next_eligible_at": utcnow() - timedelta(seconds=1)},
+                                    promotion(s.REDISPATCH_AFTER_RESCHEDULE), s.SCHEDULED),
+    "ready": ("t", s.SUCCESS, {}, refresh(), s.SCHEDULED),
+    "upstream_fail": ("t", s.FAILED, {}, refresh(), s.UPSTREAM_FAILED),
+    "reopen": ("t", s.RUNNING, {}, refresh(reopen=True), s.NONE),
+    "clear": ("t", s.RUNNING, {}, lambda session, ti, case: rails.clear(session=session, ti=ti), s.NONE),
+    "clear_failed": ("t", s.RUNNING, {}, lambda session, ti, case: operator.clear_failed(
+        session=session, dag_run_id=case.dag_run_id), s.NONE),
+    "mark_success": ("a", s.RUNNING, {}, lambda session, ti, case: rails.mark(session=session, ti=ti, state=s.SUCCESS),
+                     s.SUCCESS),
+    "mark_failed": ("a", s.RUNNING, {}, lambda session, ti, case: rails.mark(session=session, ti=ti, state=s.FAILED),
+                    s.FAILED),
+    "agent_lost": ("a", s.RUNNING, {"max_infra_attempts": 3}, reaper_mark("agent_lost"), s.SCHEDULED),
+    "dispatch_lost": ("a", s.RUNNING, {"max_infra_attempts": 3}, reaper_mark("dispatch_lost"), s.SCHEDULED),
+    "worker_lost": ("a", s.RUNNING, {"max_infra_attempts": 3}, reaper_mark("worker_lost"), s.SCHEDULED),
+}
+
+
+def test_every_rail_of_the_table_is_checked_here():
+    assert set(SPECS) == {rail.name for rail in s.RAILS}
+
+
+def _row(engine: Any, ti_id: uuid.UUID) -> tuple[str, int, int]:
+    with Session(engine) as session:
+        ti = session.execute(select(TaskInstance).where(TaskInstance.id == ti_id)).scalar_one()
+        return ti.state, ti.try_number, ti.attempt_epoch
+
+
+@pytest.mark.parametrize("rail", s.RAILS, ids=[rail.name for rail in s.RAILS])
+def test_each_rail_moves_only_from_its_sources(rail, client, operator, engine):
+    which, up_state, values, take, target = SPECS[rail.name]
+    execution_id = uuid.UUID(Worker(client, operator).execution_id)
+    for n, state in enumerate(s.State):
+        run = create_run(client, operator, task("a"), task("up"), task("t", "up"), run_id=f"r{n}")
+        ids = {k: uuid.UUID(v) for k, v in ti_ids(run).items()}
+        with Session(engine) as session:  # test set-up: the rows as the case needs them
+            session.execute(update(TaskInstance).where(TaskInstance.id == ids["up"]).values(state=up_state))
+            session.execute(update(TaskInstance).where(TaskInstance.id == ids[which]).values(
+                state=state, try_number=1, attempt_epoch=5, execution_id=execution_id, **values))
+            session.commit()
+        before = _row(engine, ids[which])
+        case = Case(ids[which], _run_id(engine, ids[which]), execution_id)
+        with Session(engine) as session:
+            ti = session.get(TaskInstance, ids[which])
+            try:
+                take(session, ti, case)
+                session.commit()
+            except AppError:
+                session.rollback()
+        after = _row(engine, ids[which])
+        if state in rail.sources:
+            expected_epoch = before[2] + 1 if rail.new_epoch else before[2]
+            assert (after[0], after[2]) == (target, expected_epoch), f"{rail.name} from {state}"
+        else:
+            assert after == before, f"{rail.name} moved a row out of {state}"
+
+
+def _run_id(engine: Any, ti_id: uuid.UUID) -> uuid.UUID:
+    with Session(engine) as session:
+        return session.execute(select(TaskInstance.dag_run_id).where(TaskInstance.id == ti_id)).scalar_one()

@@ -1,0 +1,189 @@
+"""Database faults said precisely (503 only for a busy database, a pool time-out or a lost
+connection; 507 for a full one; 500 for anything else), and reads that never write."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
+
+from app.auth.models import InstallationSecret
+from app.db import DatabaseFault, database_fault
+from app.deps import SessionDep
+from app.main import create_app
+from app.migrate import upgrade
+from tests.agents import assert_problem, task
+from tests.conftest import app_settings, login
+from tests.databases import PG_ADMIN_URL, throwaway_database
+from tests.tcp_proxy import TcpProxy
+
+
+def run_body(run_id: str, conf_bytes: int = 0) -> dict:
+    return {"dag_id": "d", "run_id": run_id, "tasks": [task("a")], "conf": {"blob": os.urandom(conf_bytes).hex()}}
+
+
+@contextmanager
+def client_on(url: str, **overrides) -> Iterator[TestClient]:
+    with TestClient(create_app(app_settings(url, **overrides))) as client:
+        client.headers.update(login(client))
+        yield client
+
+
+@contextmanager
+def small_filesystem(size: str) -> Iterator[Path]:
+    """A real tmpfs of `size` (needs root), in a directory the database server may enter;
+    skips where none can be mounted."""
+    path = Path(tempfile.mkdtemp(prefix="fenceline-small-"))
+    path.chmod(0o755)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+        path.rmdir()
+
+
+@contextmanager
+def database_on(directory: Path, backend: str) -> Iterator[str]:
+    """A migrated database whose files live in `directory`: a SQLite file, or a PostgreSQL
+    database in a tablespace there."""
+    if backend == "sqlite":
+        url = f"sqlite:///{directory / 'fenceline.db'}"
+        upgrade(url)
+        yield url
+        return
+    if make_url(PG_ADMIN_URL).host not in ("127.0.0.1", "localhost"):
+        pytest.skip("the PostgreSQL server is not on this machine")
+    shutil.chown(directory, "postgres", "postgres")
+    name = f"fenceline_full_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE TABLESPACE {name} LOCATION '{directory}'"))
+        conn.execute(text(f'CREATE DATABASE "{name}" TABLESPACE {name}'))
+    url = str(make_url(PG_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://")).set(database=name))
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(text(f"DROP TABLESPACE IF EXISTS {name}"))
+        admin.dispose()
+
+
+class TestFaults:
+    def test_a_full_database_answers_507_and_writes_nothing(self, db_url):
+        backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
+        with small_filesystem("3m") as mount, database_on(mount, backend) as url, \
+                client_on(url) as client:
+            answers = [client.post("/v1/runs", json=run_body(f"r{n}", 96 * 1024)) for n in range(64)]
+            full = [a for a in answers if a.status_code != 201]
+            assert full, "the file system never filled"
+            problem = assert_problem(full[0], 507, "database-full")
+            assert problem["detail"] == DatabaseFault.FULL.detail
+            stored = {r["run_id"] for r in client.get("/v1/runs", params={"limit": 500}).json()["items"]}
+            assert stored == {f"r{n}" for n, a in enumerate(answers) if a.status_code == 201}
+
+    def test_no_free_connection_is_503_naming_the_pool(self, make_client):
+        client = make_client(database_pool_size=1, database_max_overflow=0, database_pool_timeout_seconds=0.2)
+        headers = login(client)
+        with client.app.state.engine.connect():  # the pool's only connection, held
+            resp = client.get("/v1/runs", headers=headers)
+            problem = assert_problem(resp, 503, "database-unavailable")
+            assert problem["detail"] == DatabaseFault.POOL_TIMEOUT.detail
+            assert resp.headers["retry-after"] == "1"
+        assert client.get("/v1/runs", headers=headers).status_code == 200
+
+    def test_a_lost_database_is_503_naming_the_connection(self, db_url):
+        if not db_url.startswith("postgresql"):
+            pytest.skip("a SQLite file has no connection to lose")
+        url = make_url(db_url)
+        with TcpProxy(url.host, url.port or 5432) as proxy, \
+                client_on(str(url.set(host="127.0.0.1", port=proxy.port))) as client:
+            assert client.get("/v1/runs").status_code == 200
+            proxy.cut()
+            resp = client.get("/v1/runs")
+            problem = assert_problem(resp, 503, "database-unavailable")
+            assert problem["detail"] == DatabaseFault.CONNECTION_LOST.detail
+            assert resp.headers["retry-after"] == "1"
+            proxy.restore()
+            assert client.get("/v1/runs").status_code == 200
+
+    def test_a_missing_table_is_a_500_not_a_retry(self, db_url, tmp_path):
+        backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
+        with throwaway_database(backend, tmp_path) as url:
+            upgrade(url)
+            with client_on(url) as client:
+                run = client.post("/v1/runs", json=run_body("r")).json()
+                engine = create_engine(url)
+                with engine.begin() as conn:
+                    conn.execute(text("DROP TABLE task_attempts"))
+                engine.dispose()
+                resp = client.get(f"/v1/task-instances/{run['task_instances'][0]['ti_id']}/attempts")
+                assert_problem(resp, 500, "internal-error")
+                assert "retry-after" not in resp.headers
+
+    def test_a_busy_database_is_told_apart_from_other_errors(self, db_url, tmp_path):
+        """Real errors of the real database: a lock that cannot be had is BUSY; a missing table
+        is no fault a retry would mend."""
+        if db_url.startswith("postgresql"):
+            engine = create_engine(db_url)
+            busy_sql = ["SET lock_timeout = '10ms'", "LOCK TABLE seats IN ACCESS EXCLUSIVE MODE"]
+            first_sql = "LOCK TABLE seats IN ACCESS EXCLUSIVE MODE"
+        else:
+            engine = create_engine(f"sqlite:///{tmp_path / 'busy.db'}", connect_args={"timeout": 0},
+                                   isolation_level="AUTOCOMMIT")
+            busy_sql, first_sql = ["BEGIN IMMEDIATE"], "BEGIN IMMEDIATE"
+        try:
+            with engine.connect() as holder, engine.connect() as waiter:
+                holder.exec_driver_sql(first_sql)
+                with pytest.raises(OperationalError) as busy:
+                    for sql in busy_sql:
+                        waiter.exec_driver_sql(sql)
+                holder.rollback()
+            assert database_fault(busy.value) is DatabaseFault.BUSY
+            with engine.connect() as conn, pytest.raises(Exception) as missing:
+                conn.exec_driver_sql("SELECT * FROM no_such_table")
+            assert database_fault(missing.value) is None
+        finally:
+            engine.dispose()
+
+
+def writing_get(app: FastAPI) -> None:
+    @app.get("/test/writes-in-a-get")
+    def writes(session: SessionDep) -> dict:
+        session.add(InstallationSecret(name="written-by-a-get", value="x"))
+        session.flush()
+        return {}
+
+
+class TestReadsDoNotWrite:
+    def test_a_get_that_writes_fails_and_writes_nothing(self, db_url, engine):
+        app = create_app(app_settings(db_url))
+        writing_get(app)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            assert_problem(client.get("/test/writes-in-a-get"), 500, "internal-error")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM installation_secrets "
+                                     "WHERE name = 'written-by-a-get'")).scalar() == 0
+
+    def test_a_get_is_answered_while_a_writer_holds_the_write_lock(self, client, operator, engine):
+        """A read on SQLite takes no write lock: it is not queued behind a writer."""
+        client.post("/v1/runs", json=run_body("r"), headers=operator)
+        with engine.connect() as writer:
+            writer.execute(text("UPDATE dag_runs SET conf = conf"))  # holds the write lock (SQLite) / the rows
+            resp = client.get("/v1/runs/d/r", headers=operator)
+            writer.rollback()
+        assert resp.status_code == 200
