@@ -5,8 +5,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.migrate import upgrade
-from tests.conftest import login
 from tests.conftest import app_settings as settings_for
+from tests.conftest import login
 from tests.databases import throwaway_database
 from tests.factories import admission_body, admit, kube_target
 

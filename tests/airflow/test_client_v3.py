@@ -53,7 +53,8 @@ class TestReads:
         _, api = built
         tries = TaskInstanceApi(api).get_mapped_task_instance_tries(DAG, RUN, "fan", 0)
         assert [(t.try_number, t.map_index, t.state.value) for t in tries.task_instances] == [(1, 0, "success")]
-        detail = TaskInstanceApi(api).get_mapped_task_instance_try_details(DAG, RUN, "fan", task_try_number=1, map_index=0)
+        detail = TaskInstanceApi(api).get_mapped_task_instance_try_details(DAG, RUN, "fan", task_try_number=1,
+                                                                           map_index=0)
         assert detail.map_index == 0 and detail.state.value == "success"
         by_query = TaskInstanceApi(api).get_task_instance_tries(DAG, RUN, "fan", map_index=1)
         assert [t.map_index for t in by_query.task_instances] == [1]

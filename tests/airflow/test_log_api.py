@@ -22,7 +22,8 @@ def _running(client, operator):
 class TestV2:
     def test_structured_lines_keep_their_fields(self, client, operator):
         attempt = _running(client, operator)
-        append_log(client, attempt, 0, '{"event": "boom", "level": "error", "timestamp": "2026-01-01T00:00:00Z"}\nplain\n')
+        append_log(client, attempt, 0,
+                   '{"event": "boom", "level": "error", "timestamp": "2026-01-01T00:00:00Z"}\nplain\n')
         content = client.get(V2, headers=operator).json()["content"]
         assert content[1] == {"event": "boom", "level": "error", "timestamp": "2026-01-01T00:00:00Z"}
         assert content[2] == {"event": "plain"}
@@ -86,7 +87,8 @@ class TestV1:
         report(client, attempt, "success")
         body = client.get(V1, headers={**BASIC, "Accept": "application/json"}).json()
         assert body["content"].endswith("a\n") and isinstance(body["continuation_token"], str)
-        again = client.get(V1, params={"token": body["continuation_token"]}, headers={**BASIC, "Accept": "application/json"})
+        again = client.get(V1, params={"token": body["continuation_token"]},
+                           headers={**BASIC, "Accept": "application/json"})
         assert again.json()["content"] == ""
 
     def test_any_media_type_gets_text_plain(self, client, operator):

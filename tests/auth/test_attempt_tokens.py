@@ -14,7 +14,15 @@ from sqlalchemy import update
 from app.auth.tokens import KeyRing, mint
 from app.orchestration.models import TaskInstance
 from tests.agents import (
-    Worker, assert_problem, assert_stale, bearer, create_run, read_attempts, read_ti, task, ti_ids,
+    Worker,
+    assert_problem,
+    assert_stale,
+    bearer,
+    create_run,
+    read_attempts,
+    read_ti,
+    task,
+    ti_ids,
 )
 from tests.conftest import JWT_SECRET, login
 from tests.scrape import sample
@@ -229,7 +237,8 @@ class TestVerification:
 
     def test_unknown_kid_is_401(self, client, operator, live):
         ti, execution_id = live
-        self.refused(client, operator, ti, attempt_token(ti, execution_id, 1, keyring=KeyRing("k9", {"k9": JWT_SECRET})))
+        unknown = KeyRing("k9", {"k9": JWT_SECRET})
+        self.refused(client, operator, ti, attempt_token(ti, execution_id, 1, keyring=unknown))
 
     def test_missing_attempt_claims_are_401(self, client, operator, live):
         ti, execution_id = live
@@ -269,7 +278,7 @@ class TestKeyRotation:
         renewed = resp.json()["attempt_token"]
         assert jwt.get_unverified_header(renewed)["kid"] == "k2"
         assert decoded(renewed, NEW_SECRET)["attempt_epoch"] == 1
-        assert rotated.post("/v1/attempts/report", json={"state": "running"}, headers=bearer(renewed)).status_code == 200
+        assert report(rotated, renewed, "running").status_code == 200
         assert_problem(client.post("/v1/attempts/heartbeat", headers=bearer(renewed)), 401, "unauthorized")
 
     def test_a_key_no_longer_accepted_is_401(self, client, operator, make_client):

@@ -2,7 +2,15 @@
 outcome settles, and only the attempt it names."""
 
 from tests.agents import (
-    Worker, assert_problem, assert_stale, create_run, reap, read_attempts, read_ti, superseded, task,
+    Worker,
+    assert_problem,
+    assert_stale,
+    create_run,
+    read_attempts,
+    read_ti,
+    reap,
+    superseded,
+    task,
 )
 
 

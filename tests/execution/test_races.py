@@ -40,7 +40,7 @@ class TestConcurrentClaims:
         assert {epoch for got in results for _, epoch in got} == {1}
         with live_server.client() as client:
             tis = read_run(client, login(client))["task_instances"]
-        owner = {ti_id: w.execution_id for w, got in zip(workers, results) for ti_id, _ in got}
+        owner = {ti_id: w.execution_id for w, got in zip(workers, results, strict=True) for ti_id, _ in got}
         assert {(ti["state"], ti["attempt_epoch"]) for ti in tis} == {("queued", 1)}
         assert all(ti["execution_id"] == owner[ti["ti_id"]] for ti in tis)
 
@@ -70,7 +70,7 @@ class TestReportVersusReap:
         with live_server.client() as client:
             final = {ti["ti_id"]: ti for ti in read_run(client, operator)["task_instances"]}
         lost = 0
-        for attempt, resp in zip(attempts, reports):
+        for attempt, resp in zip(attempts, reports, strict=True):
             ti = final[attempt.ti_id]
             if resp.status_code == 200:
                 assert (ti["state"], ti["attempt_epoch"], ti["infra_attempts"]) == ("success", 1, 0)

@@ -1,7 +1,17 @@
 """The report fence (contract 2.5): agent writes of a superseded attempt change nothing."""
 
 from tests.agents import (
-    Worker, assert_problem, assert_stale, bearer, create_run, reap, read_attempts, read_ti, superseded, task, ti_ids,
+    Worker,
+    assert_problem,
+    assert_stale,
+    bearer,
+    create_run,
+    read_attempts,
+    read_ti,
+    reap,
+    superseded,
+    task,
+    ti_ids,
 )
 
 

@@ -95,7 +95,7 @@ class TestPlainWriterRace:
                 if round % 2:  # the seat starts as a plain record, or does not exist yet
                     client.put(f"/v1/seats/{seat}", json={"swarm": "plain"}, headers=headers).raise_for_status()
 
-                def plain(c, n, writer):
+                def plain(c, n, writer, seat=seat):
                     return c.put(f"/v1/seats/{seat}", json={"swarm": "plain", "labels": {"writer": f"{writer}-{n}"}},
                                  headers=headers)
 
@@ -120,11 +120,11 @@ class TestResumeRace:
             for _ in range(ROUNDS):
                 old = current["execution_id"]
 
-                def stale(c, n, writer):
+                def stale(c, n, writer, old=old):
                     return c.put("/v1/seats/agent/resume", headers=headers, json={
                         "expected_execution_id": old, "resume_token": f"stale-{writer}-{n}"})
 
-                def rotate(c):
+                def rotate(c, old=old):
                     """Admit the successor, then write its own token: the last word, unless a
                     stale write lands after the rotation."""
                     new = c.post("/v1/seats/agent/executions", json=admission_body(old), headers=headers)

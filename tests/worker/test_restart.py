@@ -3,7 +3,7 @@ predecessor left running, and re-delivers outcomes the predecessor journaled but
 
 import signal
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from app.worker.context import CRASH_AFTER_JOURNAL_ENV
 from app.worker.process import group_alive
@@ -85,7 +85,7 @@ class TestJournaledOutcome:
         first, ti = self._crash_after_journaling(server, api, workers)
         # A launcher sees the process gone; the worker-lost sweep re-places its attempt.
         observed = {"phase": "Failed", "reason": "SIGKILL", "exit_code": -9, "terminal": True,
-                    "observed_at": datetime.now(timezone.utc).isoformat()}
+                    "observed_at": datetime.now(UTC).isoformat()}
         resp = api.http.patch(f"/v1/executions/{ti['execution_id']}", json={"observation": observed})
         assert resp.status_code == 200, resp.text
         assert api.reap() == {"worker_lost": 1}
