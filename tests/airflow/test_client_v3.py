@@ -8,17 +8,15 @@ from airflow_client.client.api.task_instance_api import TaskInstanceApi
 
 from tests.airflow import scenario
 from tests.airflow.scenario import DAG, RUN
-from tests.conftest import ADMIN_PASSWORD
-from tests.flows import worker
+from tests.api import Operator
 
 
 @pytest.fixture
 def built(live_server):
     with live_server.client() as http:
-        token = http.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}).json()["access_token"]
-        operator = {"Authorization": f"Bearer {token}"}
-        built = scenario.build(http, operator, worker(http, operator))
-    config = af.Configuration(host=live_server.url, access_token=token)
+        operator = Operator(http)
+        built = scenario.build(operator)
+    config = af.Configuration(host=live_server.url, access_token=operator.token)
     with af.ApiClient(config) as api:
         yield built, api
 
