@@ -14,15 +14,15 @@ from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
 from app.db import make_engine, reading
-from app.problems import declare_problem_schema, install_error_handlers
 from app.execution.reapers import ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
 from app.logs.router import router as logs_router
 from app.logs.store import FileLogStore
-from app.orchestration.router import router as orchestration_router
 from app.operations import router as operations_router
+from app.orchestration.router import router as orchestration_router
+from app.problems import declare_problem_schema, install_error_handlers
 from app.ui.router import router as ui_router
 
 log = logging.getLogger("fenceline")

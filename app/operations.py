@@ -18,7 +18,8 @@ def health(session: SessionDep) -> dict[str, str]:
     return {"status": "ok", "database": session.get_bind().dialect.name}
 
 
-@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **problems(401)})
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **problems(401)})
 def metrics(_: OperatorOrBasicDep) -> Response:
     """Prometheus text exposition (operator bearer token or HTTP Basic)."""
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -70,7 +70,8 @@ def register_error_renderer(prefix: str, renderer: ErrorRenderer) -> None:
     _renderers[prefix] = renderer
 
 
-def render(request: Request, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+def render(request: Request, status: int, type: str, title: str, detail: str,
+           headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     for prefix, renderer in _renderers.items():
         if request.url.path.startswith(prefix):
             return renderer(status=status, type=type, title=title, detail=detail, headers=headers, **extra)

@@ -31,7 +31,8 @@ def build(client, operator) -> None:
                        json={"swarm": "bench", "runtime_backend": "local"}).json()
     worker = {"Authorization": f"Bearer {seat['worker_token']}"}
     for n in range(20):
-        for outcome in ({"state": "unexecutable", "reason": "evicted"}, {"state": "unexecutable", "reason": "node_lost"},
+        for outcome in ({"state": "unexecutable", "reason": "evicted"},
+                        {"state": "unexecutable", "reason": "node_lost"},
                         {"state": "success" if n == 19 else "failed"}):
             attempt = _claim(client, worker)
             client.post("/v1/attempts/report", json={"state": "running"}, headers=attempt).raise_for_status()

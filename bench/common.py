@@ -133,6 +133,6 @@ def percentile(samples: list[float], q: float) -> float:
 def table(headers: list[str], rows: list[list[object]]) -> str:
     cells = [headers] + [[f"{c:.1f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) for r in cells]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)

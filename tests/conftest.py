@@ -25,9 +25,9 @@ from app.config import Settings
 from app.db import make_engine, metadata
 from app.main import create_app
 from app.migrate import upgrade
+from tests.api import ADMIN_PASSWORD, Operator
 from tests.databases import BACKENDS, throwaway_database
 
-ADMIN_PASSWORD = "test-admin-password"
 # Log files and anything else the app keeps on disk go here, never into the working tree.
 TEST_DATA_DIR = Path(tempfile.mkdtemp(prefix="fenceline-test-"))
 JWT_SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
@@ -110,16 +110,10 @@ def client(make_client: Callable[..., TestClient]) -> TestClient:
     return make_client()
 
 
-def login(client: TestClient | httpx.Client) -> dict[str, str]:
-    resp = client.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
-    assert resp.status_code == 201, resp.text
-    return {"Authorization": f"Bearer {resp.json()['access_token']}"}
-
-
 @pytest.fixture
-def operator(client: TestClient) -> dict[str, str]:
-    """Operator auth headers for `client`."""
-    return login(client)
+def operator(client: TestClient) -> Operator:
+    """The operator, logged in on `client`."""
+    return Operator(client)
 
 
 def _free_port() -> int:

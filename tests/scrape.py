@@ -1,13 +1,13 @@
-"""Reading /metrics as a Prometheus scraper would (operator token or HTTP Basic)."""
+"""Reading /metrics as a Prometheus scraper would (here with the operator's token)."""
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.factories import Client
+from tests.api import Operator
 
 
-def sample(client: Client, headers: dict[str, str], name: str, **labels: str) -> float:
+def sample(operator: Operator, name: str, **labels: str) -> float:
     """The value of the sample `name` with exactly `labels`; 0 when it was never recorded."""
-    resp = client.get("/metrics", headers=headers)
+    resp = operator.get("/metrics")
     assert resp.status_code == 200, resp.text
     for family in text_string_to_metric_families(resp.text):
         for s in family.samples:
@@ -16,5 +16,5 @@ def sample(client: Client, headers: dict[str, str], name: str, **labels: str) ->
     return 0.0
 
 
-def identity_conflicts(client: Client, headers: dict[str, str], swarm: str, reason: str) -> float:
-    return sample(client, headers, "execution_identity_conflicts_total", swarm=swarm, reason=reason)
+def identity_conflicts(operator: Operator, swarm: str, reason: str) -> float:
+    return sample(operator, "execution_identity_conflicts_total", swarm=swarm, reason=reason)

@@ -21,8 +21,8 @@ from app.db import DatabaseFault, database_fault
 from app.deps import SessionDep
 from app.main import create_app
 from app.migrate import upgrade
-from tests.agents import assert_problem, task
-from tests.conftest import app_settings, login
+from tests.api import Operator, assert_problem, task
+from tests.conftest import app_settings
 from tests.databases import PG_ADMIN_URL, throwaway_database
 from tests.tcp_proxy import TcpProxy
 
@@ -32,10 +32,9 @@ def run_body(run_id: str, conf_bytes: int = 0) -> dict:
 
 
 @contextmanager
-def client_on(url: str, **overrides) -> Iterator[TestClient]:
+def operator_on(url: str, **overrides) -> Iterator[Operator]:
     with TestClient(create_app(app_settings(url, **overrides))) as client:
-        client.headers.update(login(client))
-        yield client
+        yield Operator(client)
 
 
 @contextmanager
@@ -87,7 +86,7 @@ class TestFaults:
     def test_a_full_database_answers_507_and_writes_nothing(self, db_url):
         backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
         with small_filesystem("3m") as mount, database_on(mount, backend) as url, \
-                client_on(url) as client:
+                operator_on(url) as client:
             answers = [client.post("/v1/runs", json=run_body(f"r{n}", 96 * 1024)) for n in range(64)]
             full = [a for a in answers if a.status_code != 201]
             assert full, "the file system never filled"
@@ -98,20 +97,20 @@ class TestFaults:
 
     def test_no_free_connection_is_503_naming_the_pool(self, make_client):
         client = make_client(database_pool_size=1, database_max_overflow=0, database_pool_timeout_seconds=0.2)
-        headers = login(client)
+        operator = Operator(client)
         with client.app.state.engine.connect():  # the pool's only connection, held
-            resp = client.get("/v1/runs", headers=headers)
+            resp = operator.get("/v1/runs")
             problem = assert_problem(resp, 503, "database-unavailable")
             assert problem["detail"] == DatabaseFault.POOL_TIMEOUT.detail
             assert resp.headers["retry-after"] == "1"
-        assert client.get("/v1/runs", headers=headers).status_code == 200
+        assert operator.get("/v1/runs").status_code == 200
 
     def test_a_lost_database_is_503_naming_the_connection(self, db_url):
         if not db_url.startswith("postgresql"):
             pytest.skip("a SQLite file has no connection to lose")
         url = make_url(db_url)
         with TcpProxy(url.host, url.port or 5432) as proxy, \
-                client_on(str(url.set(host="127.0.0.1", port=proxy.port))) as client:
+                operator_on(str(url.set(host="127.0.0.1", port=proxy.port))) as client:
             assert client.get("/v1/runs").status_code == 200
             proxy.cut()
             resp = client.get("/v1/runs")
@@ -125,7 +124,7 @@ class TestFaults:
         backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
         with throwaway_database(backend, tmp_path) as url:
             upgrade(url)
-            with client_on(url) as client:
+            with operator_on(url) as client:
                 run = client.post("/v1/runs", json=run_body("r")).json()
                 engine = create_engine(url)
                 with engine.begin() as conn:
@@ -179,11 +178,11 @@ class TestReadsDoNotWrite:
             assert conn.execute(text("SELECT count(*) FROM installation_secrets "
                                      "WHERE name = 'written-by-a-get'")).scalar() == 0
 
-    def test_a_get_is_answered_while_a_writer_holds_the_write_lock(self, client, operator, engine):
+    def test_a_get_is_answered_while_a_writer_holds_the_write_lock(self, operator, engine):
         """A read on SQLite takes no write lock: it is not queued behind a writer."""
-        client.post("/v1/runs", json=run_body("r"), headers=operator)
+        operator.post("/v1/runs", json=run_body("r"))
         with engine.connect() as writer:
             writer.execute(text("UPDATE dag_runs SET conf = conf"))  # holds the write lock (SQLite) / the rows
-            resp = client.get("/v1/runs/d/r", headers=operator)
+            resp = operator.get("/v1/runs/d/r")
             writer.rollback()
         assert resp.status_code == 200

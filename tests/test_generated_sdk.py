@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.main import create_app
-from tests.conftest import ADMIN_PASSWORD, app_settings
+from tests.api import ADMIN_PASSWORD
+from tests.conftest import app_settings
 
 
 @pytest.fixture(scope="session")

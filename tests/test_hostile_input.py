@@ -2,8 +2,7 @@
 
 import json
 
-from tests.factories import admission_body
-from tests.flows import claim_one, create_run, report, worker
+from tests.api import Worker, admission_body
 
 LONE_SURROGATE = '"\\ud800"'  # valid JSON, not valid Unicode
 
@@ -21,58 +20,56 @@ class TestText:
     def test_nul_and_surrogates_in_stored_text_are_422_and_admit_nothing(self, client, operator):
         for bad in ('"a\\u0000b"', LONE_SURROGATE):
             body = json.dumps(admission_body()).replace('"etl"', bad)
-            resp = post_raw(client, "/v1/seats/s1/executions", body, operator)
+            resp = post_raw(client, "/v1/seats/s1/executions", body, operator.headers)
             assert resp.status_code == 422, resp.text
-        assert client.get("/v1/seats/s1/executions", headers=operator).json() == {"items": []}
+        assert operator.get("/v1/seats/s1/executions").json() == {"items": []}
 
     def test_a_lone_surrogate_in_a_log_append_is_422(self, client, operator):
-        create_run(client, operator)
-        _, attempt = claim_one(client, worker(client, operator))
-        resp = post_raw(client, "/v1/attempts/logs", f'{{"offset": 0, "content": {LONE_SURROGATE}}}', attempt)
+        operator.create_run()
+        attempt = Worker(operator).claim_one()
+        resp = post_raw(client, "/v1/attempts/logs", f'{{"offset": 0, "content": {LONE_SURROGATE}}}', attempt.headers)
         assert resp.status_code == 422
 
 
 class TestNumbers:
-    def test_huge_paging_numbers_are_422(self, client, operator):
-        assert client.get("/v1/runs", params={"offset": 10**23}, headers=operator).status_code == 422
-        assert client.get("/api/v2/dags", params={"limit": 10**23}, headers=operator).status_code == 422
+    def test_huge_paging_numbers_are_422(self, operator):
+        assert operator.get("/v1/runs", params={"offset": 10**23}).status_code == 422
+        assert operator.get("/api/v2/dags", params={"limit": 10**23}).status_code == 422
 
-    def test_a_huge_map_index_is_a_clean_answer(self, client, operator):
-        create_run(client, operator)
-        resp = client.get(f"/api/v2/dags/dag/dagRuns/run/taskInstances/t/{10**23}", headers=operator)
+    def test_a_huge_map_index_is_a_clean_answer(self, operator):
+        operator.create_run()
+        resp = operator.get(f"/api/v2/dags/dag/dagRuns/run/taskInstances/t/{10**23}")
         assert resp.status_code in (404, 422)
 
-    def test_a_huge_exit_code_is_422(self, client, operator):
-        execution = client.post("/v1/seats/s/executions", json=admission_body(), headers=operator).json()
-        resp = client.patch(f"/v1/executions/{execution['execution_id']}", headers=operator, json={
+    def test_a_huge_exit_code_is_422(self, operator):
+        execution = operator.admission("s").json()
+        resp = operator.patch(f"/v1/executions/{execution['execution_id']}", json={
             "observation": {"phase": "Failed", "exit_code": 10**30, "observed_at": "2026-01-01T00:00:00Z"}})
         assert resp.status_code == 422
-        assert client.get(f"/v1/executions/{execution['execution_id']}", headers=operator).json()["observation"] is None
+        assert operator.get(f"/v1/executions/{execution['execution_id']}").json()["observation"] is None
 
 
 class TestObservationReason:
-    def test_an_outcome_reason_longer_than_an_attempt_reason_is_422(self, client, operator):
-        run = create_run(client, operator)
-        item, attempt = claim_one(client, worker(client, operator))
-        report(client, attempt, "running")
-        corr = item["correlation"]
-        resp = client.post("/v1/observations", headers=operator, json={
-            "ti_id": corr["ti_id"], "try_number": 1, "attempt_epoch": corr["attempt_epoch"], "phase": "Failed",
+    def test_an_outcome_reason_longer_than_an_attempt_reason_is_422(self, operator):
+        run = operator.create_run()
+        attempt = Worker(operator).claim_one()
+        attempt.report("running")
+        resp = operator.post("/v1/observations", json={
+            "ti_id": attempt.ti_id, "try_number": 1, "attempt_epoch": attempt.epoch, "phase": "Failed",
             "reason": "x" * 100, "outcome": "failed"})
         assert resp.status_code == 422
-        ti = client.get(f"/v1/task-instances/{run['task_instances'][0]['ti_id']}", headers=operator).json()
+        ti = operator.get(f"/v1/task-instances/{run['task_instances'][0]['ti_id']}").json()
         assert ti["state"] == "running"
 
 
 class TestNul:
-    def test_a_nul_in_the_path_or_query_is_422_on_both_databases(self, client, operator):
-        assert client.get("/v1/runs", params={"dag_id": "a\x00b"}, headers=operator).status_code == 422
-        assert client.get("/v1/runs/a%00b/r", headers=operator).status_code == 422
+    def test_a_nul_in_the_path_or_query_is_422_on_both_databases(self, operator):
+        assert operator.get("/v1/runs", params={"dag_id": "a\x00b"}).status_code == 422
+        assert operator.get("/v1/runs/a%00b/r").status_code == 422
 
-    def test_a_nul_in_task_output_is_kept_in_the_log(self, client, operator):
-        create_run(client, operator)
-        _, attempt = claim_one(client, worker(client, operator))
-        resp = client.post("/v1/attempts/logs", json={"offset": 0, "content": "before\x00after\n"}, headers=attempt)
+    def test_a_nul_in_task_output_is_kept_in_the_log(self, operator):
+        operator.create_run()
+        resp = Worker(operator).claim_one().send_log(0, "before\x00after\n")
         assert resp.json() == {"size": 13}
-        ti = client.get("/v1/runs/dag/run", headers=operator).json()["task_instances"][0]["ti_id"]
-        assert client.get(f"/v1/task-instances/{ti}/tries/1/log", headers=operator).text.endswith("before\x00after\n")
+        ti = operator.get("/v1/runs/dag/run").json()["task_instances"][0]["ti_id"]
+        assert operator.get(f"/v1/task-instances/{ti}/tries/1/log").text.endswith("before\x00after\n")

@@ -1,6 +1,6 @@
 """Operator administration endpoints."""
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 
@@ -19,6 +19,7 @@ def export_snapshot(session: SessionDep, _: OperatorDep) -> dict[str, Any]:
 
 
 @router.post("/snapshot", status_code=201, responses=problems(409, 422))
-def restore_snapshot(session: SessionDep, _: OperatorDep, document: dict[str, Any] = Body(...)) -> dict[str, Any]:
+def restore_snapshot(session: SessionDep, _: OperatorDep,
+                     document: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
     """Restore an exported document into an empty database."""
     return {"restored": snapshot.restore(session=session, document=document)}

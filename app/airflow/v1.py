@@ -15,9 +15,9 @@ from app.auth import tokens
 from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic
 from app.deps import SessionDep, StoreDep
 from app.errors import unauthorized
-from app.problems import problem_response, register_error_renderer
 from app.orchestration.models import DagRun
 from app.orchestration.models import TaskInstance as TaskInstanceRow
+from app.problems import problem_response, register_error_renderer
 
 PREFIX = "/api/v1"
 ERRORS_DOC = "https://airflow.apache.org/docs/apache-airflow/2.10.0/stable-rest-api-ref.html#section/Errors/"

@@ -14,10 +14,10 @@ from app.airflow.params import Limit, Offset
 from app.airflow.service import TryView
 from app.auth import tokens
 from app.auth.deps import BearerDep, installation
-from app.errors import forbidden, unauthorized
 from app.deps import SessionDep, StoreDep
-from app.problems import register_error_renderer
+from app.errors import forbidden, unauthorized
 from app.orchestration.models import DagRun, TaskInstance
+from app.problems import register_error_renderer
 
 PREFIX = "/api/v2"
 
@@ -214,7 +214,8 @@ def try_response(view: TryView) -> dict[str, Any]:
         dag_display_name=ti.dag_id, queued_when=view.queued_at, attempt_epoch=view.attempt_epoch,
         infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
         last_failure_reason=view.last_failure_reason,
-        epochs=[EpochResponse(attempt_epoch=e.attempt_epoch, execution_id=str(e.execution_id) if e.execution_id else None,
+        epochs=[EpochResponse(attempt_epoch=e.attempt_epoch,
+                              execution_id=str(e.execution_id) if e.execution_id else None,
                               state=e.state, outcome_kind=e.outcome_kind, reason=e.reason,
                               user_code_started=e.user_code_started, start_date=e.started_at, end_date=e.ended_at)
                 for e in view.epochs],
@@ -326,13 +327,15 @@ def get_mapped_task_instance_try_details(dag_id: str, dag_run_id: str, task_id: 
     return _try(session, dag_id, dag_run_id, task_id, map_index, task_try_number)
 
 
-def _tries(session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskInstanceHistoryCollectionResponse:
+def _tries(session: SessionDep, dag_id: str, run_id: str, task_id: str,
+           map_index: int) -> TaskInstanceHistoryCollectionResponse:
     ti = service.get_task_instance(session, dag_id, run_id, task_id, map_index, mapped_route=True)
     views = service.tries(session, ti)
     return TaskInstanceHistoryCollectionResponse(
         task_instances=[TaskInstanceHistoryResponse(**try_response(v)) for v in views], total_entries=len(views))
 
 
-def _try(session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index: int, number: int) -> TaskInstanceHistoryResponse:
+def _try(session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index: int,
+         number: int) -> TaskInstanceHistoryResponse:
     ti = service.get_task_instance(session, dag_id, run_id, task_id, map_index, mapped_route=True)
     return TaskInstanceHistoryResponse(**try_response(service.get_try(session, ti, number)))

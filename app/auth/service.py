@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from argon2 import PasswordHasher
-from argon2.exceptions import VerificationError, InvalidHashError
+from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import Engine, select
 from sqlmodel import Session
 

@@ -199,6 +199,7 @@ def read_cursor(keyring: KeyRing, token: str, ti_id: uuid.UUID, try_number: int)
     except WrongScope as exc:
         raise InvalidToken(str(exc)) from exc
     position = claims.get("pos")
-    if claims.get("sub") != str(ti_id) or claims.get("try_number") != try_number or not (_int(position) and position >= 0):
+    elsewhere = claims.get("sub") != str(ti_id) or claims.get("try_number") != try_number
+    if elsewhere or not (_int(position) and position >= 0):
         raise InvalidToken("the continuation token belongs to another log")
     return position

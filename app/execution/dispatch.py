@@ -27,7 +27,8 @@ def require_current_execution(session: Session, execution_id: uuid.UUID) -> Exec
     return execution
 
 
-def claim(*, session: Session, execution_id: uuid.UUID, limit: int, now: datetime | None = None) -> list[tuple[TaskInstance, DagRun]]:
+def claim(*, session: Session, execution_id: uuid.UUID, limit: int,
+          now: datetime | None = None) -> list[tuple[TaskInstance, DagRun]]:
     """scheduled -> queued (the claim rail) for up to `limit` ready task instances, in one
     guarded UPDATE … RETURNING that bumps attempt_epoch, clears last_heartbeat_at and binds the
     execution. Rows another claimer holds are skipped (SKIP LOCKED on PostgreSQL; SQLite

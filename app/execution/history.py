@@ -74,4 +74,5 @@ def runners(session: Session, epochs: list[TaskAttempt]) -> dict[uuid.UUID, Exec
     ids = {e.execution_id for e in epochs if e.execution_id is not None}
     if not ids:
         return {}
-    return {e.execution_id: e for e in session.execute(select(Execution).where(Execution.execution_id.in_(ids))).scalars()}
+    found = session.execute(select(Execution).where(Execution.execution_id.in_(ids))).scalars()
+    return {e.execution_id: e for e in found}

@@ -102,7 +102,8 @@ def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datet
     return moved is not None
 
 
-def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: datetime | None = None) -> dict[str, int] | None:
+def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff,
+          now: datetime | None = None) -> dict[str, int] | None:
     """One sweep: due retries and reschedules are promoted, lost attempts marked. None when
     another replica holds the sweep lock."""
     now = now or utcnow()

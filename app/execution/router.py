@@ -10,8 +10,18 @@ from app.deps import SessionDep
 from app.errors import AppError
 from app.execution import attempts, dispatch, fence, observations, operator, reapers
 from app.execution.schemas import (
-    AttemptPublic, AttemptsPublic, AttemptStatus, ClaimRequest, Correlation, ObservationIn, ObservationResult,
-    RenewedToken, Report, SweepResult, WorkItem, WorkItems,
+    AttemptPublic,
+    AttemptsPublic,
+    AttemptStatus,
+    ClaimRequest,
+    Correlation,
+    ObservationIn,
+    ObservationResult,
+    RenewedToken,
+    Report,
+    SweepResult,
+    WorkItem,
+    WorkItems,
 )
 from app.orchestration import runs
 from app.orchestration.models import TaskInstance

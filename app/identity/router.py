@@ -8,12 +8,22 @@ from fastapi import APIRouter, Header, Path, Request, Response
 from app.auth import tokens
 from app.auth.deps import LauncherDep, OperatorDep, installation
 from app.deps import SessionDep
-from app.problems import problems
 from app.identity import service
 from app.identity.schemas import (
-    AdmissionPublic, AdmissionRequest, ExecutionPatch, ExecutionPublic, ExecutionsPublic, OccupantsPublic,
-    ResumeWrite, SeatName, SeatPublic, SeatPut, execution_public, seat_public,
+    AdmissionPublic,
+    AdmissionRequest,
+    ExecutionPatch,
+    ExecutionPublic,
+    ExecutionsPublic,
+    OccupantsPublic,
+    ResumeWrite,
+    SeatName,
+    SeatPublic,
+    SeatPut,
+    execution_public,
+    seat_public,
 )
+from app.problems import problems
 
 router = APIRouter(prefix="/v1", tags=["identity"], responses=problems(401, 403, 422))
 SeatPath = Annotated[SeatName, Path(description="The seat's canonical name, e.g. etl-worker-3.")]
@@ -47,7 +57,8 @@ def read_execution(execution_id: uuid.UUID, session: SessionDep, _: LauncherDep)
 
 
 @router.patch("/executions/{execution_id}", responses=problems(404, 409))
-def patch_execution(execution_id: uuid.UUID, body: ExecutionPatch, session: SessionDep, _: LauncherDep) -> ExecutionPublic:
+def patch_execution(execution_id: uuid.UUID, body: ExecutionPatch, session: SessionDep,
+                    _: LauncherDep) -> ExecutionPublic:
     """Bind pod_uid (once) and record the latest runtime observation."""
     return execution_public(service.update_execution(session=session, execution_id=execution_id, patch=body))
 

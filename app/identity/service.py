@@ -234,7 +234,8 @@ def update_execution(*, session: Session, execution_id: uuid.UUID, patch: Execut
 
 
 def seat_executions(*, session: Session, seat: str) -> list[Execution]:
-    return list(session.execute(select(Execution).where(Execution.seat == seat).order_by(Execution.generation)).scalars())
+    query = select(Execution).where(Execution.seat == seat).order_by(Execution.generation)
+    return list(session.execute(query).scalars())
 
 
 def occupants(*, session: Session) -> list[Execution]:
@@ -275,7 +276,8 @@ def put_seat(*, session: Session, seat: str, record: SeatPut) -> bool:
         return refusal(record.swarm, "admission-required", "Admission required", detail)
 
     if record.runtime_backend != "local" or record.runtime_target is not None:
-        raise admission_required("A seat with runtime identity is created by admission (POST /v1/seats/{seat}/executions).")
+        raise admission_required(
+            "A seat with runtime identity is created by admission (POST /v1/seats/{seat}/executions).")
     if session.execute(select(exists().where(Execution.seat == seat))).scalar():
         raise admission_required(f"Seat {seat!r} has execution history; its record is written by admission.")
     existed = session.get(Seat, seat) is not None
@@ -317,7 +319,8 @@ def write_resume(*, session: Session, seat: str, write: ResumeWrite) -> Seat:
     if stored is None:
         raise refusal(
             found.swarm, "execution-rotated", "Execution rotated",
-            f"Seat {seat!r} is now filled by execution {found.current_execution_id}, not {write.expected_execution_id}.",
+            f"Seat {seat!r} is now filled by execution {found.current_execution_id}, "
+            f"not {write.expected_execution_id}.",
             current_execution_id=found.current_execution_id,
         )
     session.refresh(found)

@@ -10,8 +10,8 @@ from pydantic import BaseModel, Field
 from app.auth.deps import AttemptDep, OperatorDep
 from app.deps import SessionDep, StoreDep
 from app.errors import AppError
-from app.problems import problems
 from app.logs import service
+from app.problems import problems
 from app.schemas import Strict
 
 router = APIRouter(tags=["logs"], responses=problems(401, 403, 422))
@@ -36,7 +36,8 @@ class LogAppended(BaseModel):
 
 
 @router.post("/v1/attempts/logs", responses=problems(404, 409, 413), dependencies=[Depends(limit_request_size)])
-def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: Request, token: AttemptDep) -> LogAppended:
+def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: Request,
+               token: AttemptDep) -> LogAppended:
     """Append to this attempt's own log stream; idempotent under retry (same offset, same bytes)."""
     settings = request.app.state.settings
     if len(body.content.encode()) > settings.log_max_request_bytes:
@@ -49,7 +50,8 @@ def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: R
 
 @router.get("/v1/task-instances/{ti_id}/tries/{try_number}/log", response_class=StreamingResponse,
             responses={200: {"content": {"text/plain": {}}}, **problems(404)})
-def read_try_log(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep, _: OperatorDep) -> StreamingResponse:
+def read_try_log(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
+                 _: OperatorDep) -> StreamingResponse:
     """The try's log: every epoch's stream in order, each behind one system line (streamed)."""
     log = service.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
     return StreamingResponse(service.read(store, log), media_type="text/plain; charset=utf-8")

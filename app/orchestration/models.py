@@ -42,7 +42,8 @@ class TaskInstance(SQLModel, table=True):
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
-    dag_run_id: uuid.UUID = Field(sa_column=Column(ForeignKey("dag_runs.id", ondelete="CASCADE"), nullable=False, index=True))
+    dag_run_id: uuid.UUID = Field(
+        sa_column=Column(ForeignKey("dag_runs.id", ondelete="CASCADE"), nullable=False, index=True))
     dag_id: str = Field(max_length=250)
     run_id: str = Field(max_length=250)
     task_id: str = Field(max_length=250)

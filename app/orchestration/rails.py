@@ -99,7 +99,8 @@ def archive_try(session: Session, ti: TaskInstance, state: str) -> None:
     }, ["task_instance_id", "try_number"])
 
 
-def _settled(session: Session, ti: TaskInstance | None, archived_state: str | None, now: datetime) -> TaskInstance | None:
+def _settled(session: Session, ti: TaskInstance | None, archived_state: str | None,
+             now: datetime) -> TaskInstance | None:
     if ti is not None:
         if archived_state is not None:
             archive_try(session, ti, archived_state)
@@ -180,7 +181,8 @@ def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> N
         promote(session=session, rail=rail, now=now, skip_locked=skip_locked)
 
 
-def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR, now: datetime | None = None) -> TaskInstance | None:
+def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR,
+          now: datetime | None = None) -> TaskInstance | None:
     """Any started or finished state -> a new try (scheduled, or none while upstreams are not
     done), new epoch, fresh infra budget, and `retries` more tries after it (Airflow's
     max_tries = try_number + retries, counted from the last try that ran). A try that never
@@ -268,4 +270,5 @@ def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reope
     else:
         run_state, ended = "running", None
     session.execute(update(DagRun).where(DagRun.id == dag_run_id)
-                    .values(state=run_state, ended_at=ended, updated_at=now).execution_options(synchronize_session=False))
+                    .values(state=run_state, ended_at=ended, updated_at=now)
+                    .execution_options(synchronize_session=False))

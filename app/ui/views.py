@@ -19,8 +19,8 @@ from app.logs import service as logs
 from app.logs.store import LogStore
 from app.orchestration import runs
 from app.orchestration import states as s
-from app.orchestration.states import AttemptState
 from app.orchestration.models import DagRun, TaskInstance
+from app.orchestration.states import AttemptState
 
 RUNS_PER_PAGE = 50
 LOG_TAIL_BYTES = 64 * 1024

@@ -1,13 +1,12 @@
 """identity: seats, executions, installation secrets
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-30 08:52:54.132998
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0001'
 down_revision = None

@@ -5,10 +5,9 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.migrate import upgrade
-from tests.conftest import login
+from tests.api import Operator, assert_problem, kube_target
 from tests.conftest import app_settings as settings_for
 from tests.databases import throwaway_database
-from tests.factories import admission_body, admit, kube_target
 
 FORMAT = "fenceline-snapshot/1"
 SEAT_ROW = {
@@ -27,28 +26,28 @@ def fresh_client(is_postgres, tmp_path):
             yield client
 
 
-def three_generations(client, operator):
+def three_generations(operator):
     """etl-worker-1 at generation 3 (the first bound to pod uid-1), with its projection dropped."""
-    first = admit(client, operator, backend="kubernetes", target=kube_target("uid-1"))
-    second = admit(client, operator, previous=first["execution_id"])
-    third = admit(client, operator, previous=second["execution_id"])
-    client.put("/v1/seats/etl-worker-1/resume", headers=operator,
-               json={"expected_execution_id": third["execution_id"], "resume_token": "t3"})
-    client.patch(f"/v1/executions/{third['execution_id']}", headers=operator, json={"observation": {
+    first = operator.admit(backend="kubernetes", target=kube_target("uid-1"))
+    second = operator.admit(previous=first["execution_id"])
+    third = operator.admit(previous=second["execution_id"])
+    operator.put("/v1/seats/etl-worker-1/resume",
+                 json={"expected_execution_id": third["execution_id"], "resume_token": "t3"})
+    operator.patch(f"/v1/executions/{third['execution_id']}", json={"observation": {
         "phase": "Running", "observed_at": "2026-01-01T00:00:00.123456+00:00"}})
-    assert client.delete("/v1/seats/etl-worker-1", headers=operator).status_code == 204
-    client.put("/v1/seats/plain", json={"swarm": "etl", "labels": {"team": "a"}}, headers=operator)
+    assert operator.delete("/v1/seats/etl-worker-1").status_code == 204
+    operator.put("/v1/seats/plain", json={"swarm": "etl", "labels": {"team": "a"}})
     return first, second, third
 
 
-def restore(client, headers, document):
-    return client.post("/v1/admin/snapshot", json=document, headers=headers)
+def restore(operator, document):
+    return operator.post("/v1/admin/snapshot", json=document)
 
 
 class TestExport:
-    def test_one_document_of_every_table_but_the_installation_secrets(self, client, operator):
-        three_generations(client, operator)
-        document = client.get("/v1/admin/snapshot", headers=operator).json()
+    def test_one_document_of_every_table_but_the_installation_secrets(self, operator):
+        three_generations(operator)
+        document = operator.get("/v1/admin/snapshot").json()
         assert document["format"] == FORMAT
         assert sorted(e["generation"] for e in document["tables"]["executions"]) == [1, 2, 3]
         assert [s["name"] for s in document["tables"]["seats"]] == ["plain"]
@@ -56,41 +55,39 @@ class TestExport:
 
 
 class TestRestore:
-    def test_export_restore_export_is_identical(self, client, operator, fresh_client):
-        three_generations(client, operator)
-        exported = client.get("/v1/admin/snapshot", headers=operator).json()
-        headers = login(fresh_client)
-        resp = restore(fresh_client, headers, exported)
+    def test_export_restore_export_is_identical(self, operator, fresh_client):
+        three_generations(operator)
+        exported = operator.get("/v1/admin/snapshot").json()
+        fresh = Operator(fresh_client)
+        resp = restore(fresh, exported)
         assert resp.status_code == 201, resp.text
         assert resp.json()["restored"]["executions"] == 3
-        assert fresh_client.get("/v1/admin/snapshot", headers=headers).json() == exported
+        assert fresh.get("/v1/admin/snapshot").json() == exported
 
-    def test_a_restored_system_keeps_its_generations_and_pod_uids(self, client, operator, fresh_client):
-        first, second, third = three_generations(client, operator)
-        headers = login(fresh_client)
-        restore(fresh_client, headers, client.get("/v1/admin/snapshot", headers=operator).json())
-        history = fresh_client.get("/v1/seats/etl-worker-1/executions", headers=headers).json()["items"]
+    def test_a_restored_system_keeps_its_generations_and_pod_uids(self, operator, fresh_client):
+        first, second, third = three_generations(operator)
+        fresh = Operator(fresh_client)
+        restore(fresh, operator.get("/v1/admin/snapshot").json())
+        history = fresh.get("/v1/seats/etl-worker-1/executions").json()["items"]
         assert [e["execution_id"] for e in history] == [e["execution_id"] for e in (first, second, third)]
-        assert fresh_client.get("/v1/seats/etl-worker-1", headers=headers).status_code == 404
-        stale = fresh_client.post(
-            "/v1/seats/etl-worker-1/executions", json=admission_body(second["execution_id"]), headers=headers)
+        assert fresh.get("/v1/seats/etl-worker-1").status_code == 404
+        stale = fresh.admission("etl-worker-1", second["execution_id"])
         assert (stale.status_code, stale.json()["type"]) == (409, "stale-predecessor")
-        assert admit(fresh_client, headers, previous=third["execution_id"])["generation"] == 4
-        reused = fresh_client.post("/v1/seats/another/executions", headers=headers, json=admission_body(
-            backend="kubernetes", target=kube_target("uid-1")))
+        assert fresh.admit(previous=third["execution_id"])["generation"] == 4
+        reused = fresh.admission("another", backend="kubernetes", target=kube_target("uid-1"))
         assert (reused.status_code, reused.json()["type"]) == (409, "pod-uid-reused")
 
-    def test_into_a_database_with_data_is_409_and_changes_nothing(self, client, operator):
-        three_generations(client, operator)
-        exported = client.get("/v1/admin/snapshot", headers=operator).json()
-        resp = restore(client, operator, exported)
+    def test_into_a_database_with_data_is_409_and_changes_nothing(self, operator):
+        three_generations(operator)
+        exported = operator.get("/v1/admin/snapshot").json()
+        resp = restore(operator, exported)
         assert (resp.status_code, resp.json()["type"]) == (409, "database-not-empty")
-        assert client.get("/v1/admin/snapshot", headers=operator).json() == exported
+        assert operator.get("/v1/admin/snapshot").json() == exported
 
-    def test_a_minimal_document_restores(self, client, operator):
-        resp = restore(client, operator, {"format": FORMAT, "tables": {"seats": [SEAT_ROW]}})
+    def test_a_minimal_document_restores(self, operator):
+        resp = restore(operator, {"format": FORMAT, "tables": {"seats": [SEAT_ROW]}})
         assert resp.status_code == 201, resp.text
-        assert client.get("/v1/seats/restored", headers=operator).json()["swarm"] == "etl"
+        assert operator.get("/v1/seats/restored").json()["swarm"] == "etl"
 
     @pytest.mark.parametrize("document, named", [
         ({"format": "other/1", "tables": {}}, FORMAT),
@@ -104,15 +101,11 @@ class TestRestore:
         ({"format": FORMAT, "tables": {"seats": [{**SEAT_ROW, "swarm": None}]}}, "seats"),
         ({"format": FORMAT, "tables": {"seats": [SEAT_ROW, SEAT_ROW]}}, "seats"),
     ], ids=["format", "tables", "table", "rows", "column", "uuid", "naive-time", "type", "null", "duplicate"])
-    def test_a_malformed_document_is_422_and_restores_nothing(self, client, operator, document, named):
-        resp = restore(client, operator, document)
-        assert resp.status_code == 422, resp.text
-        assert resp.headers["content-type"].startswith("application/problem+json")
-        assert resp.json()["type"] == "invalid-snapshot"
-        assert named in resp.json()["detail"]
-        tables = client.get("/v1/admin/snapshot", headers=operator).json()["tables"]
+    def test_a_malformed_document_is_422_and_restores_nothing(self, operator, document, named):
+        assert named in assert_problem(restore(operator, document), 422, "invalid-snapshot")["detail"]
+        tables = operator.get("/v1/admin/snapshot").json()["tables"]
         assert all(rows == [] for rows in tables.values())
 
-    def test_a_document_that_is_not_an_object_is_422(self, client, operator):
-        resp = restore(client, operator, [FORMAT])
+    def test_a_document_that_is_not_an_object_is_422(self, operator):
+        resp = restore(operator, [FORMAT])
         assert (resp.status_code, resp.json()["type"]) == (422, "validation-error")

@@ -7,9 +7,7 @@ try 2 succeeds. Each epoch writes its own log lines. Task `fan` is mapped (0, 1)
 
 from dataclasses import dataclass, field
 
-import httpx
-
-from tests.flows import append_log, bearer, claim, report, task
+from tests.api import Attempt, Operator, Worker, task, ti_ids
 
 DAG, RUN = "etl", "manual__2026-11-30T00:00:00+00:00"
 
@@ -22,38 +20,36 @@ class Scenario:
     lines_try2: list[str] = field(default_factory=list)
 
 
-def _claim_only(client: httpx.Client, worker: dict[str, str], task_id: str) -> tuple[dict, dict]:
-    items = claim(client, worker, limit=10)
-    assert [i["correlation"]["task_id"] for i in items] == [task_id], items
-    return items[0], bearer(items[0]["attempt_token"])
+def _claim_only(worker: Worker, task_id: str) -> Attempt:
+    attempts = worker.claim(10)
+    assert [a.task_id for a in attempts] == [task_id], [a.item for a in attempts]
+    return attempts[0]
 
 
-def build(client: httpx.Client, operator: dict[str, str], worker: dict[str, str]) -> Scenario:
-    resp = client.post("/v1/runs", headers=operator, json={"dag_id": DAG, "run_id": RUN, "tasks": [
-        task("extract", retries=1, max_infra_attempts=3),
-        task("fan", map_index=0, upstream=["extract"]), task("fan", map_index=1, upstream=["extract"])]})
-    assert resp.status_code == 201, resp.text
-    scenario = Scenario(ti_id=next(t["ti_id"] for t in resp.json()["task_instances"] if t["task_id"] == "extract"))
+def build(operator: Operator) -> Scenario:
+    worker = Worker(operator)
+    run = operator.create_run(task("extract", retries=1, max_infra_attempts=3), task("fan", "extract", map_index=0),
+                              task("fan", "extract", map_index=1), dag_id=DAG, run_id=RUN)
+    scenario = Scenario(ti_id=ti_ids(run)["extract"])
     for n, ending in enumerate(["evicted", "node_lost", "app"]):
-        item, attempt = _claim_only(client, worker, "extract")
-        scenario.epochs_try1.append(item["correlation"]["attempt_epoch"])
-        report(client, attempt, "running")
+        attempt = _claim_only(worker, "extract")
+        scenario.epochs_try1.append(attempt.epoch)
+        attempt.report("running")
         line = f"try 1 attempt {n} working"
-        append_log(client, attempt, 0, line + "\n")
+        attempt.append_log(0, line + "\n")
         scenario.lines_try1.append(line)
         if ending == "app":
-            report(client, attempt, "failed")
+            attempt.report("failed")
         else:
-            report(client, attempt, "unexecutable", reason=ending)
-    _, attempt = _claim_only(client, worker, "extract")
-    report(client, attempt, "running")
+            attempt.report("unexecutable", reason=ending)
+    attempt = _claim_only(worker, "extract")
+    attempt.report("running")
     scenario.lines_try2 = ["try 2 working", "try 2 done"]
-    append_log(client, attempt, 0, "\n".join(scenario.lines_try2) + "\n")
-    report(client, attempt, "success")
-    fans = claim(client, worker, limit=10)
-    assert sorted(i["correlation"]["map_index"] for i in fans) == [0, 1]
-    for item in fans:
-        attempt = bearer(item["attempt_token"])
-        append_log(client, attempt, 0, f"fan {item['correlation']['map_index']}\n")
-        report(client, attempt, "success")
+    attempt.append_log(0, "\n".join(scenario.lines_try2) + "\n")
+    attempt.report("success")
+    fans = worker.claim(10)
+    assert sorted(a.item["correlation"]["map_index"] for a in fans) == [0, 1]
+    for attempt in fans:
+        attempt.append_log(0, f"fan {attempt.item['correlation']['map_index']}\n")
+        attempt.report("success")
     return scenario

@@ -10,8 +10,7 @@ import pytest
 
 from tests.airflow import scenario
 from tests.airflow.scenario import DAG, RUN
-from tests.conftest import ADMIN_PASSWORD, login
-from tests.flows import worker
+from tests.api import ADMIN_PASSWORD, Operator
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-airflow2"
@@ -31,8 +30,7 @@ def airflow2_python() -> Path:
 
 def test_every_read_deserialises_in_the_2_10_client(live_server, airflow2_python):
     with live_server.client() as http:
-        operator = login(http)
-        built = scenario.build(http, operator, worker(http, operator))
+        built = scenario.build(Operator(http))
     script = Path(__file__).with_name("v1_client.py")
     proc = subprocess.run([str(airflow2_python), str(script), live_server.url, "admin", ADMIN_PASSWORD, DAG, RUN],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ""})

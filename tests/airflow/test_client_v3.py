@@ -8,17 +8,15 @@ from airflow_client.client.api.task_instance_api import TaskInstanceApi
 
 from tests.airflow import scenario
 from tests.airflow.scenario import DAG, RUN
-from tests.conftest import ADMIN_PASSWORD
-from tests.flows import worker
+from tests.api import Operator
 
 
 @pytest.fixture
 def built(live_server):
     with live_server.client() as http:
-        token = http.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}).json()["access_token"]
-        operator = {"Authorization": f"Bearer {token}"}
-        built = scenario.build(http, operator, worker(http, operator))
-    config = af.Configuration(host=live_server.url, access_token=token)
+        operator = Operator(http)
+        built = scenario.build(operator)
+    config = af.Configuration(host=live_server.url, access_token=operator.token)
     with af.ApiClient(config) as api:
         yield built, api
 
@@ -53,7 +51,8 @@ class TestReads:
         _, api = built
         tries = TaskInstanceApi(api).get_mapped_task_instance_tries(DAG, RUN, "fan", 0)
         assert [(t.try_number, t.map_index, t.state.value) for t in tries.task_instances] == [(1, 0, "success")]
-        detail = TaskInstanceApi(api).get_mapped_task_instance_try_details(DAG, RUN, "fan", task_try_number=1, map_index=0)
+        detail = TaskInstanceApi(api).get_mapped_task_instance_try_details(DAG, RUN, "fan", task_try_number=1,
+                                                                           map_index=0)
         assert detail.map_index == 0 and detail.state.value == "success"
         by_query = TaskInstanceApi(api).get_task_instance_tries(DAG, RUN, "fan", map_index=1)
         assert [t.map_index for t in by_query.task_instances] == [1]

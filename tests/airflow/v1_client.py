@@ -25,7 +25,8 @@ def main(host: str, username: str, password: str, dag: str, run: str) -> dict:
             "extract": [tis.get_task_instance(dag, run, "extract").try_number,
                         str(tis.get_task_instance(dag, run, "extract").state)],
             "mapped": tis.get_mapped_task_instance(dag, run, "fan", 1).map_index,
-            "tries": [[t.try_number, str(t.state)] for t in tis.get_task_instance_tries(dag, run, "extract").task_instances],
+            "tries": [[t.try_number, str(t.state)]
+                      for t in tis.get_task_instance_tries(dag, run, "extract").task_instances],
             "try_1": str(tis.get_task_instance_try_details(dag, run, "extract", 1).state),
             "mapped_tries": [[t.map_index, str(t.state)]
                              for t in tis.get_mapped_task_instance_tries(dag, run, "fan", 0).task_instances],

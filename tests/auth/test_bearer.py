@@ -8,8 +8,8 @@ import jwt
 import pytest
 
 from app.auth.tokens import KeyRing, mint
-from tests.conftest import ADMIN_PASSWORD, JWT_SECRET
-from tests.factories import admit
+from tests.api import ADMIN_PASSWORD, bearer
+from tests.conftest import JWT_SECRET
 
 OPERATOR = {"sub": "admin", "scope": "operator"}
 NOW = int(time.time())
@@ -33,10 +33,6 @@ def tampered():
     payload = base64.urlsafe_b64encode(json.dumps(
         {**OPERATOR, "iat": NOW, "exp": NOW + 600, "jti": "j"}).encode()).rstrip(b"=").decode()
     return f"{header}.{payload}.{signature}"
-
-
-def bearer(token):
-    return {"Authorization": f"Bearer {token}"}
 
 
 def basic(username, password):
@@ -68,7 +64,7 @@ class TestBearer:
         assert resp.headers["www-authenticate"].startswith("Bearer")
 
     def test_a_worker_token_on_an_operator_endpoint_is_403(self, client, operator):
-        worker = admit(client, operator)["worker_token"]
+        worker = operator.admit()["worker_token"]
         resp = client.get("/v1/occupants", headers=bearer(worker))
         assert resp.status_code == 403
         assert resp.json()["type"] == "forbidden"

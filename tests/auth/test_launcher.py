@@ -1,18 +1,11 @@
 """Launcher tokens: they admit and update executions, and can do nothing else an operator can."""
 
-from tests.agents import bearer
-from tests.factories import admission_body
-
-
-def launcher(client, operator) -> dict[str, str]:
-    resp = client.post("/v1/auth/launcher-tokens", headers=operator)
-    assert resp.status_code == 201, resp.text
-    return bearer(resp.json()["launcher_token"])
+from tests.api import admission_body, bearer
 
 
 class TestLauncherToken:
     def test_it_admits_updates_and_reads_executions(self, client, operator):
-        token = launcher(client, operator)
+        token = bearer(operator.launcher_token())
         admitted = client.post("/v1/seats/w1/executions", json=admission_body(), headers=token)
         assert admitted.status_code == 201
         execution_id = admitted.json()["execution_id"]
@@ -25,7 +18,7 @@ class TestLauncherToken:
         assert claimed.status_code == 200
 
     def test_it_can_do_nothing_else_an_operator_can(self, client, operator):
-        token = launcher(client, operator)
+        token = bearer(operator.launcher_token())
         for method, path in [("POST", "/v1/runs"), ("GET", "/v1/runs"), ("GET", "/v1/admin/snapshot"),
                              ("POST", "/v1/admin/reap"), ("GET", "/v1/occupants"), ("PUT", "/v1/seats/w1/resume"),
                              ("POST", "/v1/auth/launcher-tokens"), ("POST", "/v1/dispatch/claim"),
@@ -35,5 +28,5 @@ class TestLauncherToken:
 
     def test_only_an_operator_mints_one(self, client, operator):
         assert client.post("/v1/auth/launcher-tokens").status_code == 401
-        worker = client.post("/v1/seats/w1/executions", json=admission_body(), headers=operator).json()
+        worker = operator.admission("w1").json()
         assert client.post("/v1/auth/launcher-tokens", headers=bearer(worker["worker_token"])).status_code == 403

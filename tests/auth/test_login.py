@@ -5,7 +5,7 @@ import threading
 from sqlalchemy import select
 
 from app.auth.models import InstallationSecret
-from tests.conftest import ADMIN_PASSWORD
+from tests.api import ADMIN_PASSWORD
 
 
 def login(client, password, username="admin"):

@@ -10,43 +10,42 @@ from app.db import utcnow
 from app.execution import reapers
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
-from tests.agents import Worker, assert_problem, assert_stale, create_run, read_ti, task, ti_ids
+from tests.api import Worker, assert_problem, assert_stale, task, ti_ids
 
 
 class TestClaim:
-    def test_claim_hands_out_a_work_item_on_epoch_one(self, client, operator):
-        run = create_run(client, operator, {**task("a"), "map_index": 4,
-                                            "payload": {"command": ["run"], "env": {"A": "1"}}})
-        worker = Worker(client, operator)
+    def test_claim_hands_out_a_work_item_on_epoch_one(self, operator):
+        run = operator.create_run({**task("a"), "map_index": 4, "payload": {"command": ["run"], "env": {"A": "1"}}})
+        worker = Worker(operator)
         resp = worker.claim_response(5)
         (item,) = resp.json()["items"]
         assert item["payload"] == {"command": ["run"], "args": [], "env": {"A": "1"}}
         assert item["correlation"] == {
-            "ti_id": ti_ids(run)["a"], "dag_id": "d", "run_id": "r", "task_id": "a", "map_index": 4,
+            "ti_id": ti_ids(run)["a"], "dag_id": "dag", "run_id": "run", "task_id": "a", "map_index": 4,
             "try_number": 1, "attempt_epoch": 1, "tenant_id": None, "trace_id": run["trace_id"]}
-        ti = read_ti(client, operator, ti_ids(run)["a"])
+        ti = operator.ti(ti_ids(run)["a"])
         assert (ti["state"], ti["attempt_epoch"], ti["execution_id"], ti["last_heartbeat_at"]) == (
             "queued", 1, worker.execution_id, None)
 
-    def test_claim_takes_at_most_the_limit_and_never_twice(self, client, operator):
-        create_run(client, operator, *(task(f"t{i}") for i in range(5)))
-        worker = Worker(client, operator)
+    def test_claim_takes_at_most_the_limit_and_never_twice(self, operator):
+        operator.create_run(*(task(f"t{i}") for i in range(5)))
+        worker = Worker(operator)
         first, second = worker.claim(3), worker.claim(3)
         assert (len(first), len(second)) == (3, 2)
         assert len({a.ti_id for a in first + second}) == 5
         assert worker.claim() == []
 
-    def test_superseded_execution_claims_nothing(self, client, operator):
-        run = create_run(client, operator, task("a"))
-        old = Worker(client, operator)
+    def test_superseded_execution_claims_nothing(self, operator):
+        run = operator.create_run(task("a"))
+        old = Worker(operator)
         old.replacement()
         problem = assert_problem(old.claim_response(), 409, "stale-execution")
         assert problem["should_terminate"] is True
-        ti = read_ti(client, operator, ti_ids(run)["a"])
+        ti = operator.ti(ti_ids(run)["a"])
         assert (ti["state"], ti["attempt_epoch"]) == ("scheduled", 0)
 
     def test_bad_limit_is_422(self, client, operator):
-        worker = Worker(client, operator)
+        worker = Worker(operator)
         for body in ({"limit": 0}, {"limit": 101}, {"limit": 1, "queue": "x"}):
             resp = client.post("/v1/dispatch/claim", json=body, headers=worker.headers)
             assert_problem(resp, 422, "validation-error")
@@ -55,18 +54,18 @@ class TestClaim:
 class TestEpochPerDispatch:
     """Two dispatches of one row get different epochs, whatever happened between them."""
 
-    def test_release_then_claim_again(self, client, operator):
-        create_run(client, operator, task("a"))
-        worker = Worker(client, operator)
+    def test_release_then_claim_again(self, operator):
+        operator.create_run(task("a"))
+        worker = Worker(operator)
         first = worker.claim_one()
         first.release()
         second = worker.claim_one()
         assert (first.epoch, second.epoch) == (1, 3)
         assert_stale(first.send("running"))
 
-    def test_dispatch_lost_then_claim_again(self, client, operator, engine):
-        create_run(client, operator, task("a"))
-        worker = Worker(client, operator)
+    def test_dispatch_lost_then_claim_again(self, operator, engine):
+        operator.create_run(task("a"))
+        worker = Worker(operator)
         first = worker.claim_one()
         with Session(engine) as session:
             thresholds = reapers.Thresholds(agent_lost=timedelta(minutes=2), dispatch_lost=timedelta(0))
@@ -77,11 +76,11 @@ class TestEpochPerDispatch:
         assert (first.epoch, second.epoch, second.try_number) == (1, 3, 1)
         assert_stale(first.send("running"))
 
-    def test_claim_bumps_the_epoch_even_when_nothing_else_did(self, client, operator, engine):
+    def test_claim_bumps_the_epoch_even_when_nothing_else_did(self, operator, engine):
         """A row put back to scheduled by hand (no rail, epoch untouched) is still claimed on a
         new epoch, so the first dispatch's token settles nothing."""
-        run = create_run(client, operator, task("a"))
-        worker = Worker(client, operator)
+        run = operator.create_run(task("a"))
+        worker = Worker(operator)
         first = worker.claim_one()
         with engine.begin() as conn:
             conn.execute(update(TaskInstance).where(TaskInstance.id == uuid.UUID(ti_ids(run)["a"]))

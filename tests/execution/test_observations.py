@@ -1,82 +1,80 @@
 """Substrate observations (contract 2.7): recorded on their own attempt; only an explicit
 outcome settles, and only the attempt it names."""
 
-from tests.agents import (
-    Worker, assert_problem, assert_stale, create_run, reap, read_attempts, read_ti, superseded, task,
-)
+from tests.api import Worker, assert_problem, assert_stale, superseded, task
 
 
-def observe(client, operator, attempt, **fields):
+def observe(operator, attempt, **fields):
     body = {"ti_id": attempt.ti_id, "try_number": attempt.try_number, "attempt_epoch": attempt.epoch,
             "phase": "Running", **fields}
-    return client.post("/v1/observations", json=body, headers=operator)
+    return operator.post("/v1/observations", json=body)
 
 
 class TestObserve:
-    def test_a_phase_alone_is_recorded_and_settles_nothing(self, client, operator):
-        create_run(client, operator, task("a"))
-        attempt = Worker(client, operator).claim_one()
+    def test_a_phase_alone_is_recorded_and_settles_nothing(self, operator):
+        operator.create_run(task("a"))
+        attempt = Worker(operator).claim_one()
         attempt.report("running")
-        resp = observe(client, operator, attempt, phase="Failed", reason="Error")
+        resp = observe(operator, attempt, phase="Failed", reason="Error")
         assert resp.status_code == 200, resp.text
         assert resp.json() == {"recorded": True, "settled": False, "state": "running"}
-        (record,) = read_attempts(client, operator, attempt.ti_id)
+        (record,) = operator.attempts(attempt.ti_id)
         assert (record["observed_phase"], record["observed_reason"], record["outcome_kind"]) == (
             "Failed", "Error", None)
 
-    def test_an_outcome_of_the_live_attempt_settles_it(self, client, operator):
-        create_run(client, operator, task("a"))
-        attempt = Worker(client, operator).claim_one()
+    def test_an_outcome_of_the_live_attempt_settles_it(self, operator):
+        operator.create_run(task("a"))
+        attempt = Worker(operator).claim_one()
         attempt.report("running")
-        resp = observe(client, operator, attempt, phase="Failed", reason="evicted", outcome="unexecutable")
+        resp = observe(operator, attempt, phase="Failed", reason="evicted", outcome="unexecutable")
         assert resp.status_code == 200, resp.text
         assert resp.json() == {"recorded": True, "settled": True, "state": "scheduled"}
-        ti = read_ti(client, operator, attempt.ti_id)
+        ti = operator.ti(attempt.ti_id)
         assert (ti["try_number"], ti["attempt_epoch"], ti["last_failure_reason"]) == (1, 2, "evicted")
         assert_stale(attempt.heartbeat())
 
-    def test_a_stale_terminal_observation_never_settles_the_next_epoch(self, client, operator):
-        old, new = superseded(client, operator)
-        before_ti, before_attempts = read_ti(client, operator, new.ti_id), read_attempts(client, operator, new.ti_id)
+    def test_a_stale_terminal_observation_never_settles_the_next_epoch(self, operator):
+        old, new = superseded(operator)
+        before_ti, before_attempts = operator.ti(new.ti_id), operator.attempts(new.ti_id)
         for outcome in ("success", "failed"):
-            assert_stale(observe(client, operator, old, phase="Succeeded" if outcome == "success" else "Failed",
+            assert_stale(observe(operator, old, phase="Succeeded" if outcome == "success" else "Failed",
                                  outcome=outcome))
-        assert read_ti(client, operator, new.ti_id) == before_ti
-        assert read_attempts(client, operator, new.ti_id) == before_attempts
+        assert operator.ti(new.ti_id) == before_ti
+        assert operator.attempts(new.ti_id) == before_attempts
         new.report("success")
 
-    def test_a_stale_terminal_observation_never_settles_the_very_next_epoch(self, client, operator):
-        create_run(client, operator, task("a"))
-        attempt = Worker(client, operator).claim_one()
+    def test_a_stale_terminal_observation_never_settles_the_very_next_epoch(self, operator):
+        operator.create_run(task("a"))
+        attempt = Worker(operator).claim_one()
         attempt.release()
-        before = read_ti(client, operator, attempt.ti_id)
+        before = operator.ti(attempt.ti_id)
         assert (before["state"], before["attempt_epoch"]) == ("scheduled", 2)
-        assert_stale(observe(client, operator, attempt, phase="Succeeded", outcome="success"))
-        assert read_ti(client, operator, attempt.ti_id) == before
+        assert_stale(observe(operator, attempt, phase="Succeeded", outcome="success"))
+        assert operator.ti(attempt.ti_id) == before
 
-    def test_an_unexecutable_outcome_needs_an_infra_reason(self, client, operator):
-        create_run(client, operator, task("a"))
-        attempt = Worker(client, operator).claim_one()
-        before = read_ti(client, operator, attempt.ti_id)
-        assert_problem(observe(client, operator, attempt, outcome="unexecutable", reason="Error"), 422,
+    def test_an_unexecutable_outcome_needs_an_infra_reason(self, operator):
+        operator.create_run(task("a"))
+        attempt = Worker(operator).claim_one()
+        before = operator.ti(attempt.ti_id)
+        assert_problem(observe(operator, attempt, outcome="unexecutable", reason="Error"), 422,
                        "validation-error")
-        assert read_ti(client, operator, attempt.ti_id) == before
+        assert operator.ti(attempt.ti_id) == before
 
-    def test_unknown_task_instance_is_404(self, client, operator):
-        create_run(client, operator, task("a"))
-        attempt = Worker(client, operator).claim_one()
+    def test_unknown_task_instance_is_404(self, operator):
+        operator.create_run(task("a"))
+        attempt = Worker(operator).claim_one()
         attempt.ti_id = "00000000-0000-0000-0000-000000000000"
-        assert_problem(observe(client, operator, attempt), 404, "task-instance-not-found")
+        assert_problem(observe(operator, attempt), 404, "task-instance-not-found")
 
 
 class TestListAttempts:
-    def test_every_epoch_is_listed_with_its_outcome(self, client, operator):
-        create_run(client, operator, task("a", retries=1))
-        first_worker = Worker(client, operator)
+    def test_every_epoch_is_listed_with_its_outcome(self, operator):
+        operator.create_run(task("a", retries=1))
+        first_worker = Worker(operator)
         lost = first_worker.claim_one()
         lost.report("running")
         second_worker = first_worker.replacement()
-        reap(client, operator)
+        operator.reap()
         released = second_worker.claim_one()
         released.release()
         failed = second_worker.claim_one()
@@ -85,7 +83,7 @@ class TestListAttempts:
         final = second_worker.claim_one()
         final.report("running")
         final.report("success")
-        records = read_attempts(client, operator, lost.ti_id)
+        records = operator.attempts(lost.ti_id)
         assert [(r["try_number"], r["attempt_epoch"], r["execution_id"], r["state"], r["outcome_kind"], r["reason"],
                  r["user_code_started"]) for r in records] == [
             (1, 1, first_worker.execution_id, "unexecutable", "infra", "worker_lost", True),
@@ -96,6 +94,6 @@ class TestListAttempts:
         assert all(r["ended_at"] is not None for r in records)
         assert all(r["started_at"] is not None for r in records if r["user_code_started"])
 
-    def test_unknown_task_instance_is_404(self, client, operator):
-        resp = client.get("/v1/task-instances/00000000-0000-0000-0000-000000000000/attempts", headers=operator)
+    def test_unknown_task_instance_is_404(self, operator):
+        resp = operator.get("/v1/task-instances/00000000-0000-0000-0000-000000000000/attempts")
         assert_problem(resp, 404, "task-instance-not-found")

@@ -6,9 +6,8 @@ from collections import Counter
 
 import httpx
 
-from tests.agents import Worker, bearer, create_run, read_run, task
+from tests.api import Attempt, Operator, Worker, task
 from tests.concurrency import race
-from tests.conftest import login
 
 
 def claims_until_empty(headers: dict[str, str], limit: int):
@@ -30,17 +29,17 @@ class TestConcurrentClaims:
     def test_every_ready_task_instance_is_claimed_exactly_once(self, live_server, is_postgres):
         claimers, ready = (32, 200) if is_postgres else (8, 40)
         with live_server.client() as client:
-            operator = login(client)
-            create_run(client, operator, *(task(f"t{i:03}") for i in range(ready)))
-            workers = [Worker(client, operator, f"worker-{n}") for n in range(claimers)]
+            operator = Operator(client)
+            operator.create_run(*(task(f"t{i:03}") for i in range(ready)))
+            workers = [Worker(operator, f"worker-{n}") for n in range(claimers)]
         results = race(live_server, [claims_until_empty(w.headers, limit=5) for w in workers])
         claimed = [ti_id for got in results for ti_id, _ in got]
         assert len(claimed) == ready
         assert Counter(claimed).most_common(1)[0][1] == 1
         assert {epoch for got in results for _, epoch in got} == {1}
         with live_server.client() as client:
-            tis = read_run(client, login(client))["task_instances"]
-        owner = {ti_id: w.execution_id for w, got in zip(workers, results) for ti_id, _ in got}
+            tis = Operator(client).run()["task_instances"]
+        owner = {ti_id: w.execution_id for w, got in zip(workers, results, strict=True) for ti_id, _ in got}
         assert {(ti["state"], ti["attempt_epoch"]) for ti in tis} == {("queued", 1)}
         assert all(ti["execution_id"] == owner[ti["ti_id"]] for ti in tis)
 
@@ -51,26 +50,26 @@ class TestReportVersusReap:
         report success. Per attempt, either the report settles it or the reaper re-places it."""
         size = 16 if is_postgres else 6
         with live_server.client() as client:
-            operator = login(client)
-            create_run(client, operator, *(task(f"t{i:02}") for i in range(size)))
-            worker = Worker(client, operator)
+            operator = Operator(client)
+            operator.create_run(*(task(f"t{i:02}") for i in range(size)))
+            worker = Worker(operator)
             attempts = worker.claim(size)
             for attempt in attempts:
                 attempt.report("running")
             worker.replacement()
 
-        def reporter(token: str):
-            return lambda http: http.post("/v1/attempts/report", json={"state": "success"}, headers=bearer(token))
+        def reporter(attempt: Attempt):
+            return lambda http: http.post("/v1/attempts/report", json={"state": "success"}, headers=attempt.headers)
 
         def reaper(http: httpx.Client) -> httpx.Response:
-            return http.post("/v1/admin/reap", headers=operator)
+            return operator.on(http).post("/v1/admin/reap")
 
-        *reports, reaped = race(live_server, [reporter(a.token) for a in attempts] + [reaper])
+        *reports, reaped = race(live_server, [reporter(a) for a in attempts] + [reaper])
         assert reaped.status_code == 200, reaped.text
         with live_server.client() as client:
-            final = {ti["ti_id"]: ti for ti in read_run(client, operator)["task_instances"]}
+            final = {ti["ti_id"]: ti for ti in operator.on(client).run()["task_instances"]}
         lost = 0
-        for attempt, resp in zip(attempts, reports):
+        for attempt, resp in zip(attempts, reports, strict=True):
             ti = final[attempt.ti_id]
             if resp.status_code == 200:
                 assert (ti["state"], ti["attempt_epoch"], ti["infra_attempts"]) == ("success", 1, 0)

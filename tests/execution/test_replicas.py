@@ -5,9 +5,9 @@ from collections import Counter
 import pytest
 
 from app.main import create_app
-from tests.agents import Worker, bearer, create_run, read_run, task
+from tests.api import Operator, Worker, bearer, task
 from tests.concurrency import race
-from tests.conftest import LiveServer, app_settings, login
+from tests.conftest import LiveServer, app_settings
 
 
 @pytest.fixture
@@ -33,9 +33,9 @@ class _Both:
 def test_claimers_on_two_replicas_take_every_task_instance_once(replicas):
     one, _ = replicas
     with one.client() as http:
-        operator = login(http)
-        create_run(http, operator, *(task(f"t{i:02}") for i in range(60)))
-        workers = [Worker(http, operator, f"worker-{n}") for n in range(8)]
+        operator = Operator(http)
+        operator.create_run(*(task(f"t{i:02}") for i in range(60)))
+        workers = [Worker(operator, f"worker-{n}") for n in range(8)]
 
     def claimer(headers):
         def run(http):
@@ -52,20 +52,20 @@ def test_claimers_on_two_replicas_take_every_task_instance_once(replicas):
     claimed = [ti for got in results for ti in got]
     assert len(claimed) == 60 and Counter(claimed).most_common(1)[0][1] == 1
     with one.client() as http:
-        assert read_run(http, login(http))["state"] == "success"
+        assert Operator(http).run()["state"] == "success"
 
 
 def test_two_replicas_sweeping_at_once_mark_each_lost_attempt_once(replicas):
     one, _ = replicas
     with one.client() as http:
-        operator = login(http)
-        create_run(http, operator, *(task(f"t{i:02}") for i in range(20)))
-        Worker(http, operator).claim(20)  # claimed, never reported running: dispatch-lost at once
+        operator = Operator(http)
+        operator.create_run(*(task(f"t{i:02}") for i in range(20)))
+        Worker(operator).claim(20)  # claimed, never reported running: dispatch-lost at once
 
     def sweeper(http):
-        return http.post("/v1/admin/reap", headers=operator).json()["marked"].get("dispatch_lost", 0)
+        return operator.on(http).post("/v1/admin/reap").json()["marked"].get("dispatch_lost", 0)
 
     assert sum(race(_Both(replicas), [sweeper] * 4)) == 20
     with one.client() as http:
-        tis = read_run(http, operator)["task_instances"]
+        tis = operator.on(http).run()["task_instances"]
     assert {(ti["state"], ti["infra_attempts"], ti["attempt_epoch"]) for ti in tis} == {("scheduled", 1, 2)}

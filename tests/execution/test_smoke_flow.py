@@ -1,22 +1,15 @@
-from tests.factories import admit
+from tests.api import Worker, task
 
 
-def test_claim_run_succeed(client, operator):
-    worker = admit(client, operator, "w1")
-    wh = {"Authorization": f"Bearer {worker['worker_token']}"}
-    run = client.post("/v1/runs", json={"dag_id": "d", "run_id": "r", "tasks": [
-        {"task_id": "a", "payload": {"command": ["true"]}, "retry_delay": 0},
-        {"task_id": "b", "payload": {"command": ["true"]}, "upstream": ["a"], "retry_delay": 0}]}, headers=operator)
-    assert run.status_code == 201, run.text
-    items = client.post("/v1/dispatch/claim", json={"limit": 5}, headers=wh).json()["items"]
-    assert [i["correlation"]["task_id"] for i in items] == ["a"]
-    th = {"Authorization": f"Bearer {items[0]['attempt_token']}"}
-    assert client.post("/v1/attempts/report", json={"state": "running"}, headers=th).status_code == 200
-    assert client.post("/v1/attempts/heartbeat", headers=th).status_code == 200
-    r = client.post("/v1/attempts/report", json={"state": "success"}, headers=th)
-    assert r.status_code == 200, r.text
-    items = client.post("/v1/dispatch/claim", json={"limit": 5}, headers=wh).json()["items"]
-    assert [i["correlation"]["task_id"] for i in items] == ["b"]
-    th = {"Authorization": f"Bearer {items[0]['attempt_token']}"}
-    assert client.post("/v1/attempts/report", json={"state": "success"}, headers=th).status_code == 200
-    assert client.get("/v1/runs/d/r", headers=operator).json()["state"] == "success"
+def test_claim_run_succeed(operator):
+    worker = Worker(operator, "w1")
+    operator.create_run(task("a"), task("b", "a"))
+    (a,) = worker.claim(5)
+    assert a.task_id == "a"
+    assert a.send("running").status_code == 200
+    assert a.heartbeat().status_code == 200
+    a.report("success")
+    (b,) = worker.claim(5)
+    assert b.task_id == "b"
+    assert b.send("success").status_code == 200
+    assert operator.run()["state"] == "success"

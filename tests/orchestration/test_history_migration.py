@@ -21,7 +21,8 @@ ARCHIVE_0002 = sa.text(
              sa.bindparam("ended_at", type_=sa.DateTime(timezone=True)))
 
 RUNS = sa.table("dag_runs", *(sa.column(c) for c in ("dag_id", "run_id", "state", "trace_id")),
-                sa.column("id", sa.Uuid), sa.column("conf", sa.JSON), sa.column("created_at", sa.DateTime(timezone=True)),
+                sa.column("id", sa.Uuid), sa.column("conf", sa.JSON),
+                sa.column("created_at", sa.DateTime(timezone=True)),
                 sa.column("updated_at", sa.DateTime(timezone=True)))
 TIS_0002 = sa.table(
     "task_instances", sa.column("id", sa.Uuid), sa.column("dag_run_id", sa.Uuid),

@@ -21,7 +21,7 @@ from app.orchestration import rails
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff, Outcome, apply_outcome
-from tests.agents import Worker, create_run, task, ti_ids
+from tests.api import Worker, task, ti_ids
 
 NO_BACKOFF = Backoff(0, 0)
 
@@ -102,11 +102,11 @@ def _row(engine: Any, ti_id: uuid.UUID) -> tuple[str, int, int]:
 
 
 @pytest.mark.parametrize("rail", s.RAILS, ids=[rail.name for rail in s.RAILS])
-def test_each_rail_moves_only_from_its_sources(rail, client, operator, engine):
+def test_each_rail_moves_only_from_its_sources(rail, operator, engine):
     which, up_state, values, take, target = SPECS[rail.name]
-    execution_id = uuid.UUID(Worker(client, operator).execution_id)
+    execution_id = uuid.UUID(Worker(operator).execution_id)
     for n, state in enumerate(s.State):
-        run = create_run(client, operator, task("a"), task("up"), task("t", "up"), run_id=f"r{n}")
+        run = operator.create_run(task("a"), task("up"), task("t", "up"), run_id=f"r{n}")
         ids = {k: uuid.UUID(v) for k, v in ti_ids(run).items()}
         with Session(engine) as session:  # test set-up: the rows as the case needs them
             session.execute(update(TaskInstance).where(TaskInstance.id == ids["up"]).values(state=up_state))

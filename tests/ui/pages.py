@@ -3,9 +3,7 @@
 from html.parser import HTMLParser
 from typing import Any
 
-from tests.conftest import ADMIN_PASSWORD
-from tests.factories import Client
-from tests.flows import append_log, claim_one, create_run, report, task, worker
+from tests.api import ADMIN_PASSWORD, Client, Operator, Worker, task
 
 VOID = {"meta", "link", "input", "br", "hr", "img"}
 
@@ -45,18 +43,17 @@ def texts(html: str, cls: str) -> list[str]:
     return [" ".join(t.split()) for t in parser.found]
 
 
-def infra_fault_then_success(client: Client, operator: dict[str, str]) -> tuple[str, list[int]]:
+def infra_fault_then_success(operator: Operator) -> tuple[str, list[int]]:
     """A run whose task is re-placed after an eviction and then succeeds; answers its ti_id
     and the two attempts' epochs (the re-place and the claim each bump the epoch)."""
-    create_run(client, operator, dag_id="etl", run_id="nightly", tasks=[task("load", max_infra_attempts=3)])
-    headers = worker(client, operator, seat="etl-worker-1")
-    first_item, first = claim_one(client, headers)
-    report(client, first, "running")
-    append_log(client, first, 0, "loading rows\nnode is going away\n")
-    report(client, first, "unexecutable", reason="evicted")
-    second_item, second = claim_one(client, headers)
-    report(client, second, "running")
-    append_log(client, second, 0, "loading rows again\ndone\n")
-    report(client, second, "success")
-    epochs = [item["correlation"]["attempt_epoch"] for item in (first_item, second_item)]
-    return first_item["correlation"]["ti_id"], epochs
+    operator.create_run(task("load", max_infra_attempts=3), dag_id="etl", run_id="nightly")
+    worker = Worker(operator, seat="etl-worker-1")
+    first = worker.claim_one()
+    first.report("running")
+    first.append_log(0, "loading rows\nnode is going away\n")
+    first.report("unexecutable", reason="evicted")
+    second = worker.claim_one()
+    second.report("running")
+    second.append_log(0, "loading rows again\ndone\n")
+    second.report("success")
+    return first.ti_id, [first.epoch, second.epoch]

@@ -18,8 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.conftest import ADMIN_PASSWORD, login
-from tests.factories import admit
+from tests.api import ADMIN_PASSWORD, Operator
 from tests.ui.pages import infra_fault_then_success
 
 CHROMIUM = shutil.which("chromium")
@@ -51,9 +50,9 @@ def browser() -> Iterator[webdriver.Chrome]:
 def test_an_operator_logs_in_and_follows_a_run_down_to_its_log(browser, live_server, db_url):
     backend = db_url.split(":")[0].split("+")[0]
     with live_server.client() as api:
-        operator = login(api)
-        ti_id, epochs = infra_fault_then_success(api, operator)
-        admit(api, operator, "etl-worker-2", labels={"zone": "b"})
+        operator = Operator(api)
+        ti_id, epochs = infra_fault_then_success(operator)
+        operator.admit("etl-worker-2", labels={"zone": "b"})
     ARTIFACTS.mkdir(exist_ok=True)
     shots = iter(range(1, 100))
 

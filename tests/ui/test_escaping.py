@@ -5,8 +5,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine
 
 from app.db import metadata
-from tests.factories import admit
-from tests.flows import append_log, claim_one, create_run, task, worker
+from tests.api import Worker, task
 from tests.ui.pages import texts, ui_login
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>\'"&'
@@ -17,11 +16,11 @@ def _assert_inert(html: str) -> None:
     assert "<script>" not in html and "<img" not in html and "onerror=alert(1)>" not in html
 
 
-def _restore_with_hostile_ids(client, operator, engine: Engine) -> str:
+def _restore_with_hostile_ids(operator, engine: Engine) -> str:
     """The API refuses such ids, but a snapshot restore takes rows as they were exported: put
     a hostile task_id and run_id in through it. Answers the task instance's id."""
-    create_run(client, operator, dag_id="etl", run_id="r1", tasks=[task("t")])
-    document = client.get("/v1/admin/snapshot", headers=operator).json()
+    operator.create_run(task("t"), dag_id="etl", run_id="r1")
+    document = operator.get("/v1/admin/snapshot").json()
     for row in document["tables"]["task_instances"]:
         row["task_id"], row["run_id"], row["upstream_task_ids"] = HOSTILE, HOSTILE, [HOSTILE]
     for row in document["tables"]["dag_runs"]:
@@ -30,14 +29,14 @@ def _restore_with_hostile_ids(client, operator, engine: Engine) -> str:
         for table in reversed(metadata.sorted_tables):
             if table.name in document["tables"]:
                 conn.execute(table.delete())
-    resp = client.post("/v1/admin/snapshot", json=document, headers=operator)
+    resp = operator.post("/v1/admin/snapshot", json=document)
     assert resp.status_code == 201, resp.text
     return document["tables"]["task_instances"][0]["id"]
 
 
 class TestEscaping:
     def test_a_hostile_task_id_and_run_id_are_shown_as_text(self, client, operator, engine):
-        ti_id = _restore_with_hostile_ids(client, operator, engine)
+        ti_id = _restore_with_hostile_ids(operator, engine)
         ui_login(client)
         for path in ("/ui/runs", f"/ui/task-instances/{ti_id}"):
             html = client.get(path).text
@@ -55,10 +54,9 @@ class TestEscaping:
         assert "/taskInstances/%3Cscript%3Ealert%28%22x%22%29%3C%2Fscript%3E" in texts(ti_page, "airflow-url")[0]
 
     def test_hostile_seat_records_and_observations_are_shown_as_text(self, client, operator):
-        execution = admit(client, operator, "etl-worker-1", swarm=HOSTILE, role=HOSTILE, labels={HOSTILE: HOSTILE})
+        execution = operator.admit("etl-worker-1", swarm=HOSTILE, role=HOSTILE, labels={HOSTILE: HOSTILE})
         observation = {"phase": HOSTILE[:64], "reason": HOSTILE, "observed_at": datetime.now(UTC).isoformat()}
-        resp = client.patch(f"/v1/executions/{execution['execution_id']}", json={"observation": observation},
-                            headers=operator)
+        resp = operator.patch(f"/v1/executions/{execution['execution_id']}", json={"observation": observation})
         assert resp.status_code == 200, resp.text
         ui_login(client)
         for path in ("/ui/seats", "/ui/seats/etl-worker-1"):
@@ -68,10 +66,9 @@ class TestEscaping:
             assert texts(html, "label") == [f"{HOSTILE}={HOSTILE}"]
 
     def test_hostile_log_lines_are_shown_as_text(self, client, operator):
-        create_run(client, operator)
-        _, attempt = claim_one(client, worker(client, operator))
-        append_log(client, attempt, 0, f"{HOSTILE}\n::fenceline:: </pre><b>fake</b>\n")
-        ti_id = client.get("/v1/runs/dag/run", headers=operator).json()["task_instances"][0]["ti_id"]
+        operator.create_run()
+        Worker(operator).claim_one().append_log(0, f"{HOSTILE}\n::fenceline:: </pre><b>fake</b>\n")
+        ti_id = operator.get("/v1/runs/dag/run").json()["task_instances"][0]["ti_id"]
         ui_login(client)
         html = client.get(f"/ui/task-instances/{ti_id}/tries/1/log").text
         _assert_inert(html)

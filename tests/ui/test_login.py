@@ -1,8 +1,7 @@
 """Operator login to the dashboard: the form, the cookie, the redirects, logout and CSRF."""
 
 from app.ui.access import COOKIE
-from tests.conftest import ADMIN_PASSWORD
-from tests.factories import admit
+from tests.api import ADMIN_PASSWORD
 from tests.ui.pages import texts, ui_login
 
 PAGES = ["/ui/runs", "/ui/runs/dag/run", "/ui/seats", "/ui/seats/etl-worker-1",
@@ -65,7 +64,7 @@ class TestRedirects:
         import jwt
         forged = jwt.encode({"sub": "admin", "scope": "operator", "iat": 0, "exp": 2**31, "jti": "x"},
                             "another-secret-another-secret-another", algorithm="HS256", headers={"kid": "k1"})
-        worker_token = admit(client, operator, "etl-worker-1")["worker_token"]
+        worker_token = operator.admit("etl-worker-1")["worker_token"]
         for token in (forged, worker_token, "garbage"):
             client.cookies.set(COOKIE, token, path="/ui")
             resp = client.get("/ui/runs", follow_redirects=False)

@@ -2,8 +2,7 @@
 
 from datetime import UTC, datetime
 
-from tests.factories import admit
-from tests.flows import append_log, claim_one, create_run, report, task, worker
+from tests.api import Worker, task
 from tests.ui.pages import infra_fault_then_success, texts, ui_login
 
 REFRESH = '<meta http-equiv="refresh"'
@@ -11,8 +10,8 @@ REFRESH = '<meta http-equiv="refresh"'
 
 class TestRuns:
     def test_the_list_shows_each_run_with_its_task_states(self, client, operator):
-        create_run(client, operator, dag_id="etl", run_id="r1", tasks=[task("a"), task("b", upstream=["a"])])
-        create_run(client, operator, dag_id="report", run_id="r2")
+        operator.create_run(task("a"), task("b", "a"), dag_id="etl", run_id="r1")
+        operator.create_run(dag_id="report", run_id="r2")
         ui_login(client)
         html = client.get("/ui/runs").text
         assert texts(html, "run-link") == ["r2", "r1"]  # newest first
@@ -20,8 +19,8 @@ class TestRuns:
         assert REFRESH in html  # runs are still running
 
     def test_the_list_filters_by_dag(self, client, operator):
-        create_run(client, operator, dag_id="etl", run_id="r1")
-        create_run(client, operator, dag_id="report", run_id="r2")
+        operator.create_run(dag_id="etl", run_id="r1")
+        operator.create_run(dag_id="report", run_id="r2")
         ui_login(client)
         assert texts(client.get("/ui/runs?dag_id=etl").text, "run-link") == ["r1"]
 
@@ -32,10 +31,9 @@ class TestRuns:
 
 class TestRunGrid:
     def test_the_grid_shows_every_task_with_its_state_try_and_budget(self, client, operator):
-        create_run(client, operator, dag_id="etl", run_id="r1",
-                   tasks=[task("extract", retries=2, max_infra_attempts=4), task("load", upstream=["extract"])])
-        _, attempt = claim_one(client, worker(client, operator))
-        report(client, attempt, "running")
+        operator.create_run(task("extract", retries=2, max_infra_attempts=4), task("load", "extract"),
+                            dag_id="etl", run_id="r1")
+        Worker(operator).claim_one().report("running")
         ui_login(client)
         html = client.get("/ui/runs/etl/r1").text
         assert texts(html, "ti-link") == ["extract", "load"]
@@ -45,7 +43,7 @@ class TestRunGrid:
         assert REFRESH in html
 
     def test_a_finished_run_stops_refreshing(self, client, operator):
-        ti_id, _ = infra_fault_then_success(client, operator)
+        ti_id, _ = infra_fault_then_success(operator)
         ui_login(client)
         html = client.get("/ui/runs/etl/nightly").text
         assert REFRESH not in html and "success" in texts(html, "state")
@@ -60,8 +58,8 @@ class TestRunGrid:
 
 class TestTaskInstance:
     def test_an_infra_re_place_then_success_shows_two_epochs_and_why_the_first_ended(self, client, operator):
-        ti_id, epochs = infra_fault_then_success(client, operator)
-        execution_id = client.get(f"/v1/task-instances/{ti_id}", headers=operator).json()["execution_id"]
+        ti_id, epochs = infra_fault_then_success(operator)
+        execution_id = operator.get(f"/v1/task-instances/{ti_id}").json()["execution_id"]
         ui_login(client)
         html = client.get(f"/ui/task-instances/{ti_id}").text
         shown = texts(html, "epoch")
@@ -80,12 +78,11 @@ class TestTaskInstance:
         assert REFRESH not in html
 
     def test_an_application_failure_opens_a_second_try(self, client, operator):
-        create_run(client, operator, tasks=[task("t", retries=1)])
-        w = worker(client, operator)
-        _, attempt = claim_one(client, w)
-        report(client, attempt, "failed", reason="exit 1")
-        claim_one(client, w)
-        ti_id = client.get("/v1/runs/dag/run", headers=operator).json()["task_instances"][0]["ti_id"]
+        operator.create_run(task("t", retries=1))
+        worker = Worker(operator)
+        worker.claim_one().report("failed", reason="exit 1")
+        worker.claim_one()
+        ti_id = operator.get("/v1/runs/dag/run").json()["task_instances"][0]["ti_id"]
         ui_login(client)
         html = client.get(f"/ui/task-instances/{ti_id}").text
         assert [t.split(" ·")[0] for t in texts(html, "try")] == ["Try 2", "Try 1"]
@@ -93,8 +90,8 @@ class TestTaskInstance:
         assert REFRESH in html
 
     def test_a_mapped_task_names_its_map_index_in_the_airflow_url(self, client, operator):
-        create_run(client, operator, tasks=[task("m", map_index=3)])
-        ti_id = client.get("/v1/runs/dag/run", headers=operator).json()["task_instances"][0]["ti_id"]
+        operator.create_run(task("m", map_index=3))
+        ti_id = operator.get("/v1/runs/dag/run").json()["task_instances"][0]["ti_id"]
         ui_login(client)
         html = client.get(f"/ui/task-instances/{ti_id}").text
         assert texts(html, "airflow-url") == ["/api/v2/dags/dag/dagRuns/run/taskInstances/m/logs/1?map_index=3"]
@@ -103,7 +100,7 @@ class TestTaskInstance:
 
 class TestLog:
     def test_system_lines_are_set_apart_from_the_task_output(self, client, operator):
-        ti_id, epochs = infra_fault_then_success(client, operator)
+        ti_id, epochs = infra_fault_then_success(operator)
         ui_login(client)
         html = client.get(f"/ui/task-instances/{ti_id}/tries/1/log").text
         lines = texts(html, "line")
@@ -118,12 +115,12 @@ class TestLog:
         assert "Showing the last" not in html and REFRESH not in html
 
     def test_a_huge_log_shows_its_tail_and_links_the_full_text(self, client, operator):
-        create_run(client, operator)
-        _, attempt = claim_one(client, worker(client, operator))
+        operator.create_run()
+        attempt = Worker(operator).claim_one()
         lines = [f"line {n:06d} " + "x" * 80 for n in range(2000)]  # ~180 KB
         body = "\n".join(lines) + "\n"
-        append_log(client, attempt, 0, body)
-        ti_id = client.get("/v1/runs/dag/run", headers=operator).json()["task_instances"][0]["ti_id"]
+        attempt.append_log(0, body)
+        ti_id = operator.get("/v1/runs/dag/run").json()["task_instances"][0]["ti_id"]
         ui_login(client)
         html = client.get(f"/ui/task-instances/{ti_id}/tries/1/log").text
         shown = texts(html, "line")
@@ -134,11 +131,11 @@ class TestLog:
         assert REFRESH in html  # still running
         full = client.get(f"/ui/task-instances/{ti_id}/tries/1/log.txt")
         assert full.status_code == 200 and full.headers["content-type"] == "text/plain; charset=utf-8"
-        assert full.text == client.get(f"/v1/task-instances/{ti_id}/tries/1/log", headers=operator).text
+        assert full.text == operator.get(f"/v1/task-instances/{ti_id}/tries/1/log").text
         assert full.text.endswith(body) and full.headers["x-content-type-options"] == "nosniff"
 
     def test_a_try_that_never_was_is_404(self, client, operator):
-        ti_id, _ = infra_fault_then_success(client, operator)
+        ti_id, _ = infra_fault_then_success(operator)
         ui_login(client)
         assert client.get(f"/ui/task-instances/{ti_id}/tries/2/log").status_code == 404
         assert client.get(f"/ui/task-instances/{ti_id}/tries/2/log.txt").status_code == 404
@@ -146,13 +143,12 @@ class TestLog:
 
 class TestSeats:
     def test_occupants_show_their_execution_and_last_observation(self, client, operator):
-        first = admit(client, operator, "etl-worker-1", labels={"zone": "a"}, role="loader")
-        second = admit(client, operator, "etl-worker-1", previous=first["execution_id"], labels={"zone": "a"},
-                       role="loader", backend="kubernetes", target={"pod_namespace": "workers", "pod_name": "etl-1"})
+        first = operator.admit("etl-worker-1", labels={"zone": "a"}, role="loader")
+        second = operator.admit("etl-worker-1", previous=first["execution_id"], labels={"zone": "a"}, role="loader",
+                                backend="kubernetes", target={"pod_namespace": "workers", "pod_name": "etl-1"})
         observation = {"phase": "Failed", "reason": "OOMKilled", "exit_code": 137, "terminal": True,
                        "observed_at": datetime.now(UTC).isoformat()}
-        resp = client.patch(f"/v1/executions/{second['execution_id']}", json={"observation": observation},
-                            headers=operator)
+        resp = operator.patch(f"/v1/executions/{second['execution_id']}", json={"observation": observation})
         assert resp.status_code == 200, resp.text
         ui_login(client)
         html = client.get("/ui/seats").text
@@ -163,8 +159,8 @@ class TestSeats:
         assert REFRESH not in html  # the only occupant is observed terminal
 
     def test_a_seat_lists_every_generation_newest_first(self, client, operator):
-        first = admit(client, operator, "etl-worker-1")
-        second = admit(client, operator, "etl-worker-1", previous=first["execution_id"])
+        first = operator.admit("etl-worker-1")
+        second = operator.admit("etl-worker-1", previous=first["execution_id"])
         ui_login(client)
         html = client.get("/ui/seats/etl-worker-1").text
         rows = texts(html, "grid")[0]

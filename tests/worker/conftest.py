@@ -21,7 +21,8 @@ import uvicorn
 
 from app.main import create_app
 from app.worker.process import group_alive
-from tests.conftest import ADMIN_PASSWORD, LiveServer, app_settings, login
+from tests.api import ADMIN_PASSWORD
+from tests.conftest import LiveServer, app_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,46 +36,6 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> An
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.05)
-
-
-class Api:
-    """The operator's side of a test: an httpx client logged in to the live server."""
-
-    def __init__(self, server: LiveServer) -> None:
-        self.url = server.url
-        self.http = server.client()
-        self.http.headers.update(login(self.http))
-
-    def get(self, path: str) -> Any:
-        resp = self.http.get(path)
-        assert resp.status_code == 200, resp.text
-        return resp.json() if "json" in resp.headers.get("content-type", "") else resp.text
-
-    def post(self, path: str, expect: int = 200, **kwargs: Any) -> Any:
-        resp = self.http.post(path, **kwargs)
-        assert resp.status_code == expect, resp.text
-        return resp.json()
-
-    def create_run(self, tasks: list[dict[str, Any]], run_id: str = "run") -> None:
-        self.post("/v1/runs", 201, json={"dag_id": "dag", "run_id": run_id, "tasks": tasks})
-
-    def run(self, run_id: str = "run") -> dict[str, Any]:
-        return self.get(f"/v1/runs/dag/{run_id}")
-
-    def ti(self, task_id: str, run_id: str = "run") -> dict[str, Any]:
-        return next(t for t in self.run(run_id)["task_instances"] if t["task_id"] == task_id)
-
-    def attempts(self, ti_id: str) -> list[dict[str, Any]]:
-        return self.get(f"/v1/task-instances/{ti_id}/attempts")["items"]
-
-    def log(self, ti_id: str, try_number: int = 1) -> str:
-        return self.get(f"/v1/task-instances/{ti_id}/tries/{try_number}/log")
-
-    def reap(self) -> dict[str, int]:
-        return self.post("/v1/admin/reap")["marked"]
-
-    def execution_of(self, seat: str) -> str:
-        return self.get(f"/v1/seats/{seat}")["execution_id"]
 
 
 class ServerOnPort(LiveServer):

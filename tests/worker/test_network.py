@@ -1,17 +1,18 @@
 """The server goes away mid-task: log lines and the outcome wait on disk and arrive once."""
 
-from tests.worker.conftest import GATED, Api, python_task, wait_until
+from tests.api import Operator
+from tests.worker.conftest import GATED, python_task, wait_until
 
 
 class TestServerOutage:
     def test_nothing_is_lost_or_doubled_across_an_outage(self, serve, workers, tmp_path):
         server = serve()
-        api = Api(server)
+        operator = Operator(server.client())
         gate = tmp_path / "gate"
-        api.create_run([python_task("t", GATED, str(gate))])
+        operator.create_run(python_task("t", GATED, str(gate)))
         worker = workers(server, "etl-a")
-        ti = wait_until(lambda: (t := api.ti("t"))["state"] == "running" and t, "the task to run")
-        wait_until(lambda: "line 3" in api.log(ti["ti_id"]), "its first lines")
+        ti = wait_until(lambda: (t := operator.find_ti("t"))["state"] == "running" and t, "the task to run")
+        wait_until(lambda: "line 3" in operator.log(ti["ti_id"]), "its first lines")
 
         server.__exit__(None, None, None)
         gate.touch()  # the task prints its last line and exits while nobody can hear it
@@ -20,12 +21,12 @@ class TestServerOutage:
         wait_until(lambda: "retrying with back-off" in worker.output, "the worker to retry its delivery")
 
         back = serve(port=server.port)
-        api = Api(back)
-        wait_until(lambda: api.run()["state"] == "success", "the outcome to arrive once the server is back")
+        operator = Operator(back.client())
+        wait_until(lambda: operator.run()["state"] == "success", "the outcome to arrive once the server is back")
         epoch = ti["attempt_epoch"]
-        lines = api.log(ti["ti_id"]).splitlines()
+        lines = operator.log(ti["ti_id"]).splitlines()
         assert lines[1:] == [f"try=1 epoch={epoch} line {n}" for n in (1, 2, 3)] + [
             f"try=1 epoch={epoch} done", "[fenceline-worker] exited with status 0: reporting success"]
-        assert [a["outcome_kind"] for a in api.attempts(ti["ti_id"])] == ["success"]
+        assert [a["outcome_kind"] for a in operator.attempts(ti["ti_id"])] == ["success"]
         wait_until(lambda: not worker.journal(), "the journal entry to go once acknowledged")
         assert worker.stop() == 0

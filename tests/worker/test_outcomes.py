@@ -6,7 +6,8 @@ import pytest
 
 from app.worker.logship import utf8_cut
 from app.worker.process import classify, group_alive, task_env
-from tests.worker.conftest import GATED, Api, python_task, wait_until
+from tests.api import Operator, json_of
+from tests.worker.conftest import GATED, python_task, wait_until
 
 
 class TestClassify:
@@ -61,8 +62,8 @@ def final_task(task_id: str, program: str, **payload: object) -> dict:
 class TestReportedOutcomes:
     def test_each_end_is_routed_as_what_it_is(self, serve, workers):
         server = serve()
-        api = Api(server)
-        api.create_run([
+        operator = Operator(server.client())
+        operator.create_run(
             final_task("exits-3", "import sys; sys.exit(3)"),
             final_task("segfaults", crash_program("SIGSEGV")),
             final_task("oom", crash_program("SIGKILL")),
@@ -70,10 +71,10 @@ class TestReportedOutcomes:
             {"task_id": "image-only", "payload": {"image": "busybox"}, "retries": 0, "max_infra_attempts": 0},
             final_task("sees-env", "import os; print(os.environ['MINE'], os.environ['FENCELINE_TASK_ID'])",
                        env={"MINE": "from-payload"}),
-        ])
+        )
         worker = workers(server, "etl-a", "--concurrency", "6")
-        wait_until(lambda: api.run()["state"] == "failed", "the run to finish")
-        tis = {ti["task_id"]: ti for ti in api.run()["task_instances"]}
+        wait_until(lambda: operator.run()["state"] == "failed", "the run to finish")
+        tis = {ti["task_id"]: ti for ti in operator.run()["task_instances"]}
         outcomes = {k: (ti["state"], ti["last_failure_kind"], ti["last_failure_reason"]) for k, ti in tis.items()}
         assert outcomes == {
             "exits-3": ("failed", "app", None),
@@ -83,45 +84,46 @@ class TestReportedOutcomes:
             "image-only": ("infra_failed", "infra", "dispatch_failed"),
             "sees-env": ("success", None, None),
         }
-        assert "from-payload sees-env\n" in api.log(tis["sees-env"]["ti_id"])
-        assert "about to die\n[fenceline-worker] killed by SIGKILL" in api.log(tis["oom"]["ti_id"])
-        assert "crashed with SIGSEGV: reporting failed" in api.log(tis["segfaults"]["ti_id"])
+        assert "from-payload sees-env\n" in operator.log(tis["sees-env"]["ti_id"])
+        assert "about to die\n[fenceline-worker] killed by SIGKILL" in operator.log(tis["oom"]["ti_id"])
+        assert "crashed with SIGSEGV: reporting failed" in operator.log(tis["segfaults"]["ti_id"])
         assert worker.stop() == 0
 
 
 class TestShouldTerminate:
     def test_a_stale_answer_kills_the_task_at_once(self, serve, workers, tmp_path):
         server = serve()
-        api = Api(server)
-        api.create_run([python_task("t", GATED, str(tmp_path / "never"))])
+        operator = Operator(server.client())
+        operator.create_run(python_task("t", GATED, str(tmp_path / "never")))
         worker = workers(server, "etl-a")
-        ti = wait_until(lambda: (t := api.ti("t"))["state"] == "running" and t, "the task to run")
+        ti = wait_until(lambda: (t := operator.find_ti("t"))["state"] == "running" and t, "the task to run")
         pgid = wait_until(lambda: worker.attempt_records() and worker.attempt_records()[0]["pgid"], "its process")
-        api.post(f"/v1/task-instances/{ti['ti_id']}/mark", json={"state": "success"})  # a new epoch: this one is stale
+        # A new epoch: this one is stale.
+        json_of(operator.post(f"/v1/task-instances/{ti['ti_id']}/mark", json={"state": "success"}))
         wait_until(lambda: not group_alive(pgid), "the next heartbeat's 409 to kill the process group", timeout=5)
         wait_until(lambda: "should_terminate" in worker.output, "the worker to say why")
-        assert api.ti("t")["state"] == "success"  # the operator's verdict stands; the worker reported nothing
-        assert [a["outcome_kind"] for a in api.attempts(ti["ti_id"])] == [None]
+        assert operator.find_ti("t")["state"] == "success"  # the operator's verdict stands; the worker reported nothing
+        assert [a["outcome_kind"] for a in operator.attempts(ti["ti_id"])] == [None]
         assert worker.stop() == 0
 
 
 class TestGracefulStop:
     def test_sigterm_finishes_what_can_finish_and_hands_back_the_rest_as_worker_lost(self, serve, workers, tmp_path):
         server = serve()
-        api = Api(server)
+        operator = Operator(server.client())
         quick, never = tmp_path / "quick", tmp_path / "never"
-        api.create_run([python_task("quick", GATED, str(quick)), python_task("stuck", GATED, str(never))])
+        operator.create_run(python_task("quick", GATED, str(quick)), python_task("stuck", GATED, str(never)))
         worker = workers(server, "etl-a", "--concurrency", "2", "--grace-period", "1.5")
-        wait_until(lambda: all(t["state"] == "running" for t in api.run()["task_instances"]), "both to run")
+        wait_until(lambda: all(t["state"] == "running" for t in operator.run()["task_instances"]), "both to run")
         worker.proc.send_signal(signal.SIGTERM)
         wait_until(lambda: "no new claims" in worker.output, "the worker to stop claiming")
-        api.create_run([python_task("later", "print('hi')")], run_id="later")
+        operator.create_run(python_task("later", "print('hi')"), run_id="later")
         quick.touch()
         assert worker.proc.wait(timeout=30) == 0
-        tis = {t["task_id"]: t for t in api.run()["task_instances"]}
+        tis = {t["task_id"]: t for t in operator.run()["task_instances"]}
         assert tis["quick"]["state"] == "success"
         stuck = tis["stuck"]
         assert (stuck["state"], stuck["try_number"], stuck["infra_attempts"]) == ("scheduled", 1, 1)
         assert (stuck["last_failure_kind"], stuck["last_failure_reason"]) == ("infra", "worker_lost")
-        assert "stopped by the worker: it shut down" in api.log(stuck["ti_id"])
-        assert api.ti("later", run_id="later")["state"] == "scheduled"  # never claimed after SIGTERM
+        assert "stopped by the worker: it shut down" in operator.log(stuck["ti_id"])
+        assert operator.find_ti("later", run_id="later")["state"] == "scheduled"  # never claimed after SIGTERM
