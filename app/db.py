@@ -106,6 +106,16 @@ def is_postgres(session_or_engine: Session | Engine) -> bool:
     return bind.dialect.name == "postgresql"
 
 
+def database_answers(engine: Engine) -> bool:
+    """Whether the database answers a trivial query now."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(select(literal_column("1"))).scalar_one()
+        return True
+    except DBAPIError:
+        return False
+
+
 def paginate(session: Session, query: Select, limit: int, offset: int) -> tuple[list[Any], int]:
     """One page of `query` (already ordered) and the total count of its rows: entities when
     it selects one, else rows."""

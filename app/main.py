@@ -6,9 +6,10 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import models  # noqa: F401  (registers every table)
+from app import __version__, models  # noqa: F401  (registers every table)
 from app.admin.router import router as admin_router
 from app.airflow.v1 import router as airflow_v1_router
+from app.airflow.v2 import cli_login_router, open_router
 from app.airflow.v2 import router as airflow_v2_router
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
@@ -52,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="fenceline",
-        version="0.1.0",
+        version=__version__,
         summary="Execution control plane: admission, attempt fencing, outcome routing, Airflow-compatible reads.",
         lifespan=lifespan,
         # Stable, readable operation IDs for generated SDKs: "<tag>_<function name>".
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     declare_problem_schema(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, rails_router,
-                   execution_router, logs_router, admin_router, ui_router, airflow_v2_router, airflow_v1_router):
+                   execution_router, logs_router, admin_router, ui_router, open_router, cli_login_router,
+                   airflow_v2_router, airflow_v1_router):
         app.include_router(router)
     return app

@@ -36,6 +36,10 @@ def get_run(session: Session, dag_id: str, run_id: str) -> DagRun:
     return run
 
 
+# Airflow's "every DAG" / "every run" path value on list routes.
+WILDCARD = "~"
+
+
 def list_dags(session: Session, limit: int, offset: int) -> tuple[list[tuple[str, datetime]], int]:
     """Every dag_id that has a run, with its first run's time (fenceline keeps no DAG files)."""
     query = select(DagRun.dag_id, func.min(DagRun.created_at)).group_by(DagRun.dag_id).order_by(DagRun.dag_id)
@@ -43,15 +47,46 @@ def list_dags(session: Session, limit: int, offset: int) -> tuple[list[tuple[str
     return [(r[0], r[1]) for r in rows], total
 
 
+def get_dag(session: Session, dag_id: str) -> datetime:
+    """A DAG is known by its runs: the time of its first one; 404 in Airflow 3's words."""
+    first = session.execute(select(func.min(DagRun.created_at)).where(DagRun.dag_id == dag_id)).scalar_one()
+    if first is None:
+        raise not_found(f"Dag with id: {dag_id} was not found")
+    return first
+
+
 def list_runs(session: Session, dag_id: str, limit: int, offset: int) -> tuple[list[DagRun], int]:
-    query = select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.created_at, DagRun.run_id)
+    """The runs of `dag_id`, or of every DAG for `~`, oldest first."""
+    query = select(DagRun).order_by(DagRun.created_at, DagRun.dag_id, DagRun.run_id)
+    if dag_id != WILDCARD:
+        query = query.where(DagRun.dag_id == dag_id)
     return paginate(session, query, limit, offset)
 
 
-def list_task_instances(session: Session, run: DagRun, limit: int, offset: int) -> tuple[list[TaskInstance], int]:
-    query = (select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
-             .order_by(TaskInstance.task_id, TaskInstance.map_index))
+def list_task_instances(session: Session, dag_id: str, run_id: str, limit: int, offset: int,
+                        ) -> tuple[list[TaskInstance], int]:
+    """The task instances of one run; `~` for the run (and the DAG) widens to every run. A
+    concrete run must exist (404)."""
+    query = select(TaskInstance).order_by(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id,
+                                          TaskInstance.map_index)
+    if run_id != WILDCARD:
+        if dag_id == WILDCARD:
+            # Airflow 2.10 filters by run id across DAGs; Airflow 3 refuses it (v2 checks first).
+            query = query.where(TaskInstance.run_id == run_id)
+        else:
+            query = query.where(TaskInstance.dag_run_id == get_run(session, dag_id, run_id).id)
+    elif dag_id != WILDCARD:
+        query = query.where(TaskInstance.dag_id == dag_id)
     return paginate(session, query, limit, offset)
+
+
+def in_flight_counts(session: Session) -> dict[str, int]:
+    """How many task instances are scheduled, queued and running: what a pool's slots hold."""
+    rows = session.execute(select(TaskInstance.state, func.count()).where(
+        TaskInstance.state.in_((s.SCHEDULED, s.QUEUED, s.RUNNING))).group_by(TaskInstance.state)).all()
+    counts = {s.SCHEDULED: 0, s.QUEUED: 0, s.RUNNING: 0}
+    counts.update({state: n for state, n in rows})
+    return counts
 
 
 def get_task_instance(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int,

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from app.airflow import logs as paging
 from app.airflow import service
-from app.airflow.params import Limit, Offset
+from app.airflow.params import Offset, limit
 from app.airflow.service import TryView
 from app.auth import tokens
 from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic
@@ -46,6 +46,7 @@ def require_basic_operator(request: Request, bearer: BearerDep, basic: BasicDep)
 
 router = APIRouter(prefix=PREFIX, tags=["airflow-v1"], dependencies=[Depends(require_basic_operator)],
                    responses={401: {"description": "Unauthenticated"}, 404: {"description": "Not found"}})
+Limit = limit(100)
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"
 
@@ -189,6 +190,7 @@ def get_dags(session: SessionDep, limit: Limit = 100, offset: Offset = 0) -> DAG
 
 @router.get("/dags/{dag_id}/dagRuns")
 def get_dag_runs(dag_id: str, session: SessionDep, limit: Limit = 100, offset: Offset = 0) -> DAGRunCollection:
+    """The DAG's runs; `~` lists every DAG's."""
     runs, total = service.list_runs(session, dag_id, limit, offset)
     return DAGRunCollection(dag_runs=[run_model(r) for r in runs], total_entries=total)
 
@@ -201,8 +203,9 @@ def get_dag_run(dag_id: str, dag_run_id: str, session: SessionDep) -> DAGRun:
 @router.get(TI)
 def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep, limit: Limit = 100,
                        offset: Offset = 0) -> TaskInstanceCollection:
-    run = service.get_run(session, dag_id, dag_run_id)
-    tis, total = service.list_task_instances(session, run, limit, offset)
+    """The run's task instances; `~` for the run and/or the DAG lists across them (Airflow 2.10
+    filters by run id when only the DAG is `~`)."""
+    tis, total = service.list_task_instances(session, dag_id, dag_run_id, limit, offset)
     return TaskInstanceCollection(task_instances=ti_models(session, tis), total_entries=total)
 
 

@@ -6,16 +6,40 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel
 
+from app import __version__
 from app.airflow import logs as paging
 from app.airflow import service
-from app.airflow.params import Limit, Offset
-from app.airflow.service import TryView
+from app.airflow.params import Offset, limit
+from app.airflow.service import WILDCARD, TryView
+from app.airflow.v2_schemas import (
+    BaseInfoResponse,
+    DAGCollectionResponse,
+    DAGDetailsResponse,
+    DAGResponse,
+    DAGRunCollectionResponse,
+    DAGRunResponse,
+    EpochResponse,
+    HealthInfoResponse,
+    JobCollectionResponse,
+    LoginBody,
+    LoginResponse,
+    PoolCollectionResponse,
+    PoolResponse,
+    SchedulerInfoResponse,
+    TaskInstanceCollectionResponse,
+    TaskInstanceHistoryCollectionResponse,
+    TaskInstanceHistoryResponse,
+    TaskInstanceResponse,
+    TaskInstancesLogResponse,
+    TriggererInfoResponse,
+    VersionInfo,
+)
 from app.auth import tokens
-from app.auth.deps import BearerDep, installation
+from app.auth.deps import BearerDep, installation, operator_token
+from app.db import database_answers, utcnow
 from app.deps import SessionDep, StoreDep
-from app.errors import forbidden, unauthorized
+from app.errors import AppError, forbidden, unauthorized
 from app.orchestration.models import DagRun, TaskInstance
 from app.problems import register_error_renderer
 
@@ -38,8 +62,12 @@ def require_bearer_operator(request: Request, bearer: BearerDep) -> str:
 router = APIRouter(prefix=PREFIX, tags=["airflow-v2"], dependencies=[Depends(require_bearer_operator)],
                    responses={401: {"description": "Not authenticated"}, 403: {"description": "Invalid JWT token"},
                               404: {"description": "Not found"}})
+# Airflow 3 serves these without a token (contract 6), and its CLI logs in outside /api/v2.
+open_router = APIRouter(prefix=PREFIX, tags=["airflow-v2"])
+cli_login_router = APIRouter(tags=["airflow-v2"])
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"
+Limit = limit(50)
 
 
 def _render(*, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None,
@@ -50,151 +78,14 @@ def _render(*, status: int, type: str, title: str, detail: str, headers: dict[st
 
 
 register_error_renderer(PREFIX, _render)
-
-
-# --- wire schemas: Airflow 3's field names (docs/airflow-compat.md §2.4) --------------------
-
-class DagTagResponse(BaseModel):
-    name: str
-    dag_id: str
-    dag_display_name: str
-
-
-class DAGResponse(BaseModel):
-    dag_id: str
-    dag_display_name: str
-    is_paused: bool = False
-    is_stale: bool = False
-    fileloc: str = ""
-    file_token: str = ""
-    owners: list[str] = []
-    tags: list[DagTagResponse] = []
-    max_active_tasks: int = 16
-    max_active_runs: int | None = None
-    max_consecutive_failed_dag_runs: int = 0
-    has_task_concurrency_limits: bool = False
-    has_import_errors: bool = False
-    timetable_partitioned: bool = False
-    is_backfillable: bool = False
-    timetable_periodic: bool = False
-    description: str | None = None
-    last_parsed_time: datetime | None = None
-
-
-class DAGCollectionResponse(BaseModel):
-    dags: list[DAGResponse]
-    total_entries: int
-
-
-class DAGRunResponse(BaseModel):
-    dag_run_id: str
-    dag_id: str
-    dag_display_name: str
-    logical_date: datetime | None
-    queued_at: datetime | None
-    start_date: datetime | None
-    end_date: datetime | None
-    duration: float | None
-    data_interval_start: datetime | None = None
-    data_interval_end: datetime | None = None
-    run_after: datetime
-    last_scheduling_decision: datetime | None = None
-    run_type: str = "manual"
-    state: str
-    triggered_by: str | None = "rest_api"
-    triggering_user_name: str | None = None
-    conf: dict[str, Any]
-    note: str | None = None
-    dag_versions: list[dict[str, Any]] = []
-    bundle_version: str | None = None
-
-
-class DAGRunCollectionResponse(BaseModel):
-    dag_runs: list[DAGRunResponse]
-    total_entries: int
-
-
-class EpochResponse(BaseModel):
-    """fenceline's additive detail of one execution attempt (Airflow clients ignore it)."""
-
-    attempt_epoch: int
-    execution_id: str | None
-    state: str
-    outcome_kind: str | None
-    reason: str | None
-    user_code_started: bool
-    start_date: datetime | None
-    end_date: datetime | None
-
-
-class TaskInstanceHistoryResponse(BaseModel):
-    task_id: str
-    dag_id: str
-    dag_run_id: str
-    map_index: int
-    start_date: datetime | None
-    end_date: datetime | None
-    duration: float | None
-    state: str | None
-    try_number: int
-    max_tries: int
-    task_display_name: str
-    dag_display_name: str
-    hostname: str | None = None
-    unixname: str | None = None
-    pool: str = "default_pool"
-    pool_slots: int = 1
-    queue: str | None = None
-    priority_weight: int | None = None
-    operator: str | None = None
-    operator_name: str | None = None
-    queued_when: datetime | None = None
-    scheduled_when: datetime | None = None
-    pid: int | None = None
-    executor: str | None = None
-    executor_config: str = "{}"
-    dag_version: dict[str, Any] | None = None
-    # Additive fenceline fields.
-    attempt_epoch: int
-    infra_attempts: int
-    last_failure_kind: str | None
-    last_failure_reason: str | None
-    epochs: list[EpochResponse]
-
-
-class TaskInstanceHistoryCollectionResponse(BaseModel):
-    task_instances: list[TaskInstanceHistoryResponse]
-    total_entries: int
-
-
-class TaskInstanceResponse(TaskInstanceHistoryResponse):
-    id: str
-    logical_date: datetime | None
-    run_after: datetime
-    note: str | None = None
-    rendered_map_index: str | None = None
-    rendered_fields: dict[str, Any] = {}
-    trigger: dict[str, Any] | None = None
-    triggerer_job: dict[str, Any] | None = None
-    execution_id: str | None = None
-
-
-class TaskInstanceCollectionResponse(BaseModel):
-    task_instances: list[TaskInstanceResponse]
-    total_entries: int
-
-
-class StructuredLogMessage(BaseModel):
-    event: str
-    timestamp: datetime | None = None
-
-
-class TaskInstancesLogResponse(BaseModel):
-    content: list[StructuredLogMessage]
-    continuation_token: str | None
+register_error_renderer("/auth/token/cli", _render)
 
 
 # --- mapping ---------------------------------------------------------------------------------
+
+def dag_response(dag_id: str, first_run: datetime) -> DAGResponse:
+    return DAGResponse(dag_id=dag_id, dag_display_name=dag_id, last_parsed_time=first_run)
+
 
 def run_response(run: DagRun) -> DAGRunResponse:
     duration = (run.ended_at - run.created_at).total_seconds() if run.ended_at else None
@@ -235,12 +126,25 @@ def ti_responses(session: SessionDep, tis: list[TaskInstance]) -> list[TaskInsta
 @router.get("/dags")
 def get_dags(session: SessionDep, limit: Limit = 50, offset: Offset = 0) -> DAGCollectionResponse:
     dags, total = service.list_dags(session, limit, offset)
-    return DAGCollectionResponse(total_entries=total, dags=[
-        DAGResponse(dag_id=dag_id, dag_display_name=dag_id, last_parsed_time=first) for dag_id, first in dags])
+    return DAGCollectionResponse(total_entries=total, dags=[dag_response(d, first) for d, first in dags])
+
+
+@router.get("/dags/{dag_id}")
+def get_dag(dag_id: str, session: SessionDep) -> DAGResponse:
+    """A DAG fenceline knows by its runs (it keeps no DAG files)."""
+    return dag_response(dag_id, service.get_dag(session, dag_id))
+
+
+@router.get("/dags/{dag_id}/details")
+def get_dag_details(dag_id: str, session: SessionDep) -> DAGDetailsResponse:
+    first = service.get_dag(session, dag_id)
+    return DAGDetailsResponse(**dag_response(dag_id, first).model_dump(), start_date=first, last_parsed=first)
 
 
 @router.get("/dags/{dag_id}/dagRuns")
-def get_dag_runs(dag_id: str, session: SessionDep, limit: Limit = 50, offset: Offset = 0) -> DAGRunCollectionResponse:
+def get_dag_runs(dag_id: str, session: SessionDep, limit: Limit = 50,
+                 offset: Offset = 0) -> DAGRunCollectionResponse:
+    """The DAG's runs; `~` lists every DAG's."""
     runs, total = service.list_runs(session, dag_id, limit, offset)
     return DAGRunCollectionResponse(dag_runs=[run_response(r) for r in runs], total_entries=total)
 
@@ -251,10 +155,12 @@ def get_dag_run(dag_id: str, dag_run_id: str, session: SessionDep) -> DAGRunResp
 
 
 @router.get(TI)
-def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep, limit: Limit = 50,
-                       offset: Offset = 0) -> TaskInstanceCollectionResponse:
-    run = service.get_run(session, dag_id, dag_run_id)
-    tis, total = service.list_task_instances(session, run, limit, offset)
+def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep,
+                       limit: Limit = 50, offset: Offset = 0) -> TaskInstanceCollectionResponse:
+    """The run's task instances; `~` for the run (and the DAG) lists across runs."""
+    if dag_id == WILDCARD and dag_run_id != WILDCARD:
+        raise AppError(400, "bad-request", "Bad request", "dag_id is required when dag_run_id is specified")
+    tis, total = service.list_task_instances(session, dag_id, dag_run_id, limit, offset)
     return TaskInstanceCollectionResponse(task_instances=ti_responses(session, tis), total_entries=total)
 
 
@@ -339,3 +245,75 @@ def _try(session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index:
          number: int) -> TaskInstanceHistoryResponse:
     ti = service.get_task_instance(session, dag_id, run_id, task_id, map_index, mapped_route=True)
     return TaskInstanceHistoryResponse(**try_response(service.get_try(session, ti, number)))
+
+
+# --- what Airflow tooling asks of a server beyond tries and logs -------------------------------
+
+DEFAULT_POOL, DEFAULT_POOL_SLOTS = "default_pool", 128
+
+
+@router.get("/pools")
+def get_pools(session: SessionDep, limit: Limit = 50, offset: Offset = 0) -> PoolCollectionResponse:
+    """Airflow's `default_pool`, holding every task instance in flight (fenceline has no other
+    pool yet)."""
+    counts = service.in_flight_counts(session)
+    occupied = counts["queued"] + counts["running"]
+    pool = PoolResponse(name=DEFAULT_POOL, slots=DEFAULT_POOL_SLOTS, description="Default pool",
+                        include_deferred=False, occupied_slots=occupied, running_slots=counts["running"],
+                        queued_slots=counts["queued"], scheduled_slots=counts["scheduled"],
+                        open_slots=DEFAULT_POOL_SLOTS - occupied, deferred_slots=0)
+    return PoolCollectionResponse(pools=[pool][offset:offset + limit], total_entries=1)
+
+
+@router.get("/jobs")
+def get_jobs(limit: Limit = 50, offset: Offset = 0) -> JobCollectionResponse:
+    """Airflow's scheduler and triggerer jobs: fenceline runs none (its readiness and sweeps run
+    inside the API server), so the list is empty."""
+    return JobCollectionResponse(jobs=[], total_entries=0)
+
+
+NOT_TAKEN = "fenceline does not take this write: runs are created with POST /v1/runs, and a DAG " \
+            "exists while it has runs (it cannot be paused, changed or deleted)."
+
+
+@router.post("/dags/{dag_id}/dagRuns", include_in_schema=False)
+@router.patch("/dags/{dag_id}", include_in_schema=False)
+@router.delete("/dags/{dag_id}", include_in_schema=False)
+def writes_not_taken(dag_id: str) -> None:
+    """`dags trigger`, `pause`, `unpause`, `update`, `delete`: 405 with the reason (not 501:
+    airflowctl 0.1.5 shows the detail of a 4xx, but crashes on a 5xx; docs/airflow-compat.md)."""
+    err = AppError(405, "method-not-allowed", "Method not allowed", NOT_TAKEN)
+    err.headers = {"Allow": "GET"}
+    raise err
+
+
+@open_router.get("/version")
+def get_version() -> VersionInfo:
+    """fenceline's version (open, as Airflow 3 serves it)."""
+    return VersionInfo(version=__version__, git_version=None)
+
+
+@open_router.get("/monitor/health")
+def get_health(request: Request) -> HealthInfoResponse:
+    """Airflow 3's health shape (open): the metadatabase is fenceline's database; the
+    scheduler's work (readiness, sweeps) runs inside this server, so it is healthy when the
+    database answers; there is no triggerer."""
+    if database_answers(request.app.state.read_engine):
+        status, beat = "healthy", utcnow().isoformat()
+    else:
+        status, beat = "unhealthy", None
+    return HealthInfoResponse(
+        metadatabase=BaseInfoResponse(status=status),
+        scheduler=SchedulerInfoResponse(status=status, latest_scheduler_heartbeat=beat),
+        triggerer=TriggererInfoResponse(status=None, latest_triggerer_heartbeat=None))
+
+
+@cli_login_router.post("/auth/token/cli", status_code=201)
+def cli_login(body: LoginBody, request: Request) -> LoginResponse:
+    """Airflow's CLI login (airflowctl `auth login`): the operator's username and password for a
+    bearer token. Any Authorization header sent along (a re-login's stale token) is ignored."""
+    if not body.username or not body.password:
+        raise AppError(400, "bad-request", "Bad request", "Username and password must be provided")
+    if not installation(request).operator.check(body.username, body.password):
+        raise unauthorized("Invalid credentials")
+    return LoginResponse(access_token=operator_token(request, body.username))

@@ -4,8 +4,12 @@ import airflow_client.client as af
 import pytest
 from airflow_client.client.api.dag_api import DAGApi
 from airflow_client.client.api.dag_run_api import DagRunApi
+from airflow_client.client.api.monitor_api import MonitorApi
+from airflow_client.client.api.pool_api import PoolApi
 from airflow_client.client.api.task_instance_api import TaskInstanceApi
+from airflow_client.client.api.version_api import VersionApi
 
+from app import __version__
 from tests.airflow import scenario
 from tests.airflow.scenario import DAG, RUN
 from tests.api import Operator
@@ -92,3 +96,33 @@ class TestLogs:
         _, api = built
         with pytest.raises(af.exceptions.BadRequestException):
             TaskInstanceApi(api).get_log(DAG, RUN, "extract", 1, token="forged.token.value")
+
+
+class TestBeyondTries:
+    """What the 3.x client reads of a server besides runs, tries and logs."""
+
+    def test_version_and_health_are_read_without_a_token(self, live_server):
+        with af.ApiClient(af.Configuration(host=live_server.url)) as api:
+            assert VersionApi(api).get_version().version == __version__
+            health = MonitorApi(api).get_health()
+        assert health.metadatabase.status == "healthy" and health.scheduler.status == "healthy"
+
+    def test_a_dag_and_its_details(self, built):
+        _, api = built
+        assert DAGApi(api).get_dag(DAG).dag_id == DAG
+        details = DAGApi(api).get_dag_details(DAG)
+        assert (details.dag_id, details.catchup, details.is_paused) == (DAG, False, False)
+        with pytest.raises(af.exceptions.NotFoundException):
+            DAGApi(api).get_dag("no-such-dag")
+
+    def test_the_wildcard_lists_every_dags_runs(self, built):
+        _, api = built
+        runs = DagRunApi(api).get_dag_runs("~")
+        assert [(r.dag_id, r.dag_run_id) for r in runs.dag_runs] == [(DAG, RUN)]
+        tis = TaskInstanceApi(api).get_task_instances("~", "~")
+        assert tis.total_entries == 3
+
+    def test_the_default_pool(self, built):
+        _, api = built
+        pools = PoolApi(api).get_pools()
+        assert [(p.name, p.slots, p.open_slots) for p in pools.pools] == [("default_pool", 128, 128)]

@@ -1,0 +1,231 @@
+"""Airflow 3's wire schemas for /api/v2, with Airflow's field names (docs/airflow-compat.md §2.4).
+Fields fenceline has no equivalent for carry Airflow's neutral defaults; fenceline's own
+additive fields are marked."""
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.schemas import Strict
+
+
+class DagTagResponse(BaseModel):
+    name: str
+    dag_id: str
+    dag_display_name: str
+
+
+class DAGResponse(BaseModel):
+    dag_id: str
+    dag_display_name: str
+    is_paused: bool = False
+    is_stale: bool = False
+    fileloc: str = ""
+    file_token: str = ""
+    owners: list[str] = []
+    tags: list[DagTagResponse] = []
+    max_active_tasks: int = 16
+    max_active_runs: int | None = None
+    max_consecutive_failed_dag_runs: int = 0
+    has_task_concurrency_limits: bool = False
+    has_import_errors: bool = False
+    timetable_partitioned: bool = False
+    is_backfillable: bool = False
+    timetable_periodic: bool = False
+    description: str | None = None
+    last_parsed_time: datetime | None = None
+
+
+class DAGCollectionResponse(BaseModel):
+    dags: list[DAGResponse]
+    total_entries: int
+
+
+class DAGRunResponse(BaseModel):
+    dag_run_id: str
+    dag_id: str
+    dag_display_name: str
+    logical_date: datetime | None
+    queued_at: datetime | None
+    start_date: datetime | None
+    end_date: datetime | None
+    duration: float | None
+    data_interval_start: datetime | None = None
+    data_interval_end: datetime | None = None
+    run_after: datetime
+    last_scheduling_decision: datetime | None = None
+    run_type: str = "manual"
+    state: str
+    triggered_by: str | None = "rest_api"
+    triggering_user_name: str | None = None
+    conf: dict[str, Any]
+    note: str | None = None
+    dag_versions: list[dict[str, Any]] = []
+    bundle_version: str | None = None
+
+
+class DAGRunCollectionResponse(BaseModel):
+    dag_runs: list[DAGRunResponse]
+    total_entries: int
+
+
+class EpochResponse(BaseModel):
+    """fenceline's additive detail of one execution attempt (Airflow clients ignore it)."""
+
+    attempt_epoch: int
+    execution_id: str | None
+    state: str
+    outcome_kind: str | None
+    reason: str | None
+    user_code_started: bool
+    start_date: datetime | None
+    end_date: datetime | None
+
+
+class TaskInstanceHistoryResponse(BaseModel):
+    task_id: str
+    dag_id: str
+    dag_run_id: str
+    map_index: int
+    start_date: datetime | None
+    end_date: datetime | None
+    duration: float | None
+    state: str | None
+    try_number: int
+    max_tries: int
+    task_display_name: str
+    dag_display_name: str
+    hostname: str | None = None
+    unixname: str | None = None
+    pool: str = "default_pool"
+    pool_slots: int = 1
+    queue: str | None = None
+    priority_weight: int | None = None
+    operator: str | None = None
+    operator_name: str | None = None
+    queued_when: datetime | None = None
+    scheduled_when: datetime | None = None
+    pid: int | None = None
+    executor: str | None = None
+    executor_config: str = "{}"
+    dag_version: dict[str, Any] | None = None
+    # Additive fenceline fields.
+    attempt_epoch: int
+    infra_attempts: int
+    last_failure_kind: str | None
+    last_failure_reason: str | None
+    epochs: list[EpochResponse]
+
+
+class TaskInstanceHistoryCollectionResponse(BaseModel):
+    task_instances: list[TaskInstanceHistoryResponse]
+    total_entries: int
+
+
+class TaskInstanceResponse(TaskInstanceHistoryResponse):
+    id: str
+    logical_date: datetime | None
+    run_after: datetime
+    note: str | None = None
+    rendered_map_index: str | None = None
+    rendered_fields: dict[str, Any] = {}
+    trigger: dict[str, Any] | None = None
+    triggerer_job: dict[str, Any] | None = None
+    execution_id: str | None = None
+
+
+class TaskInstanceCollectionResponse(BaseModel):
+    task_instances: list[TaskInstanceResponse]
+    total_entries: int
+
+
+class StructuredLogMessage(BaseModel):
+    event: str
+    timestamp: datetime | None = None
+
+
+class TaskInstancesLogResponse(BaseModel):
+    content: list[StructuredLogMessage]
+    continuation_token: str | None
+
+
+
+
+class DAGDetailsResponse(DAGResponse):
+    catchup: bool = False
+    render_template_as_native_obj: bool = False
+    concurrency: int = 16
+    dag_run_timeout: str | None = None
+    asset_expression: dict[str, Any] | None = None
+    doc_md: str | None = None
+    start_date: datetime | None = None
+    end_date: datetime | None = None
+    is_paused_upon_creation: bool | None = None
+    params: dict[str, Any] | None = None
+    template_search_path: list[str] | None = None
+    timezone: str | None = "UTC"
+    last_parsed: datetime | None = None
+    default_args: dict[str, Any] | None = None
+    owner_links: dict[str, str] | None = None
+    is_favorite: bool = False
+    active_runs_count: int = 0
+
+
+class PoolResponse(BaseModel):
+    name: str
+    slots: int
+    description: str | None
+    include_deferred: bool
+    occupied_slots: int
+    running_slots: int
+    queued_slots: int
+    scheduled_slots: int
+    open_slots: int
+    deferred_slots: int
+
+
+class PoolCollectionResponse(BaseModel):
+    pools: list[PoolResponse]
+    total_entries: int
+
+
+class JobResponse(BaseModel):
+    id: int
+
+
+class JobCollectionResponse(BaseModel):
+    jobs: list[JobResponse]
+    total_entries: int
+
+
+class VersionInfo(BaseModel):
+    version: str
+    git_version: str | None
+
+
+class BaseInfoResponse(BaseModel):
+    status: str | None
+
+
+class SchedulerInfoResponse(BaseInfoResponse):
+    latest_scheduler_heartbeat: str | None
+
+
+class TriggererInfoResponse(BaseInfoResponse):
+    latest_triggerer_heartbeat: str | None
+
+
+class HealthInfoResponse(BaseModel):
+    metadatabase: BaseInfoResponse
+    scheduler: SchedulerInfoResponse
+    triggerer: TriggererInfoResponse
+
+
+class LoginBody(Strict):
+    username: str
+    password: str
+
+
+class LoginResponse(BaseModel):
+    access_token: str
