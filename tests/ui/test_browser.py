@@ -107,7 +107,7 @@ def test_an_operator_logs_in_and_follows_a_run_down_to_its_log(browser, live_ser
     assert browser.find_element(By.TAG_NAME, "body").text.startswith("::fenceline:: try 1 epoch")
     browser.back()
 
-    browser.find_element(By.LINK_TEXT, "Seats").click()
+    browser.find_element(By.LINK_TEXT, "Fleet").click()
     wait.until(ec.url_contains("/ui/seats"))
     assert {a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.seat-link")} == {"etl-worker-1", "etl-worker-2"}
     shot("seats")
