@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 HOURS = 3
 MINUTES = HOURS * 60
 BAR_W, CHART_H = 2, 40
-KINDS = {"success": "succeeded", "app": "application failures", "infra": "infra re-places"}
+KINDS = {"success": "succeeded", "app": "failed (application)", "infra": "re-placed (infra fault)"}
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,16 @@ class Chart:
 
 
 def since(now: datetime) -> datetime:
-    """Where the charts begin: HOURS before `now`, on a whole minute."""
-    return (now - timedelta(hours=HOURS)).replace(second=0, microsecond=0)
+    """Where the charts begin: on a whole minute, so that the last of MINUTES is `now`'s."""
+    return now.replace(second=0, microsecond=0) - timedelta(minutes=MINUTES - 1)
 
 
 def per_minute(counts: list[tuple[int, str, int]], start: datetime) -> list[Chart]:
     """The charts from (minute, kind, count) rows, minute 0 beginning at `start`."""
     found: dict[str, dict[int, int]] = {k: {} for k in KINDS}
     for minute, kind, n in counts:
-        if kind in found and 0 <= minute < MINUTES:
+        if kind in found and 0 <= minute <= MINUTES:
+            minute = min(minute, MINUTES - 1)  # a time rounded up into the next minute
             found[kind][minute] = found[kind].get(minute, 0) + n
     charts = []
     for kind, label in KINDS.items():

@@ -17,7 +17,7 @@ from app.orchestration.models import TaskInstance
 from app.orchestration.states import AttemptState
 from app.ui.graph import clip
 
-LABEL_W, CHART_W, AXIS_H, ROW_H, BAR_H, PAD = 250, 900, 24, 18, 12, 10
+LABEL_W, CHART_W, AXIS_H, ROW_H, BAR_H, PAD = 250, 900, 24, 18, 12, 30
 MIN_BAR_W = 2.0
 TICK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 MAX_TICKS = 10
