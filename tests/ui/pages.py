@@ -56,16 +56,24 @@ def infra_fault_then_success(operator: Operator) -> tuple[str, list[int]]:
     """A run whose task is re-placed after an eviction and then succeeds; answers its ti_id
     and the two attempts' epochs (the re-place and the claim each bump the epoch)."""
     operator.create_run(task("load", max_infra_attempts=3), dag_id="etl", run_id="nightly")
-    worker = Worker(operator, seat="etl-worker-1")
+    first, second = evicted_then_success(Worker(operator, seat="etl-worker-1"), "loading rows\nnode is going away\n",
+                                         "loading rows again\ndone\n")
+    return first.ti_id, [first.epoch, second.epoch]
+
+
+def evicted_then_success(worker: Worker, first_log: str, second_log: str = "") -> tuple[Attempt, Attempt]:
+    """The worker's next claim starts, writes `first_log` and is evicted; the claim of its
+    re-place starts, writes `second_log` and succeeds. Answers both attempts."""
     first = worker.claim_one()
     first.report("running")
-    first.append_log(0, "loading rows\nnode is going away\n")
+    first.append_log(0, first_log)
     first.report("unexecutable", reason="evicted")
     second = worker.claim_one()
     second.report("running")
-    second.append_log(0, "loading rows again\ndone\n")
+    if second_log:
+        second.append_log(0, second_log)
     second.report("success")
-    return first.ti_id, [first.epoch, second.epoch]
+    return first, second
 
 
 @dataclass
@@ -89,13 +97,7 @@ def fence_run(operator: Operator) -> FenceRun:
         *(task("transform", "extract", map_index=i, retries=1) for i in range(3)),
         task("load", "transform"), task("report", "load"), dag_id="etl", run_id="daily")
     first = Worker(operator, seat="etl-worker-1")
-    evicted = first.claim_one()
-    evicted.report("running")
-    evicted.append_log(0, "extracting\nnode is going away\n")
-    evicted.report("unexecutable", reason="evicted")
-    extract = first.claim_one()
-    extract.report("running")
-    extract.report("success")
+    evicted_then_success(first, "extracting\nnode is going away\n")
     for attempt in first.claim():
         attempt.report("running")
         if attempt.item["correlation"]["map_index"] == 1:

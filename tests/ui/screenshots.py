@@ -1,8 +1,9 @@
 """Screenshots of the dashboard's views for docs/dashboard.md: `python -m tests.ui.screenshots`.
 
 A real server (uvicorn in this process) on a throw-away SQLite database, the run of
-tests/ui/pages.py `fence_run` driven through the API, and Debian's headless Chromium. Writes
-docs/img/dashboard-*.png; run it again after changing a page.
+tests/ui/pages.py `fence_run` and bench/dashboard.py's run of 200 task instances with 1,000
+epochs, both driven through the API, and Debian's headless Chromium. Writes
+docs/img/dashboard-*.png (about a minute); run it again after changing a page.
 """
 
 import shutil
@@ -15,6 +16,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from app.main import create_app
 from app.migrate import upgrade
+from bench.dashboard import make_run
 from tests.api import ADMIN_PASSWORD, Operator
 from tests.conftest import LiveServer, app_settings
 from tests.ui.pages import chrome, fence_run
@@ -30,16 +32,17 @@ def main() -> None:
     upgrade(url)
     browser = chrome(str(work / "profile"), WIDTH, 900)
     try:
-        with LiveServer(create_app(app_settings(url, data_dir=work))) as server, server.client() as api:
+        app = create_app(app_settings(url, data_dir=work))
+        with LiveServer(app) as server, server.client() as api:
             operator = Operator(api)
             run = fence_run(operator)
             wait = WebDriverWait(browser, 20)
 
-            def shot(path: str, name: str, ready: str) -> None:
+            def shot(path: str, name: str, ready: str, most: int = 2400) -> None:
                 browser.get(server.url + path)
                 wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ready)))
                 height = browser.execute_script("return document.documentElement.scrollHeight")
-                browser.set_window_size(WIDTH, min(max(height, 600), 2400) + 100)
+                browser.set_window_size(WIDTH, min(max(height, 600), most) + 100)
                 browser.save_screenshot(str(OUT / f"dashboard-{name}.png"))
                 print(OUT / f"dashboard-{name}.png")
 
@@ -64,6 +67,9 @@ def main() -> None:
             browser.save_screenshot(str(OUT / "dashboard-tail.png"))
             print(OUT / "dashboard-tail.png")
             shot("/ui/seats", "fleet", "table.fleet")
+            make_run(api, operator.headers)
+            shot("/ui/runs/bench/wide?view=timeline", "timeline-1000-epochs", "svg.gantt", most=1300)
+            shot("/ui/runs/bench/wide?view=graph", "graph-200-tasks", "svg.dag", most=1300)
     finally:
         browser.quit()
         shutil.rmtree(work, ignore_errors=True)
