@@ -8,6 +8,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlmodel import Session
 
@@ -102,7 +103,7 @@ def log_page(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number:
     return LogView(ti, try_number, log, tail.read_lines(store, log, None))
 
 
-def log_tail(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: int, offset: int) -> dict:
+def log_tail(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: int, offset: int) -> dict[str, Any]:
     """What the live tail appends: the whole lines from byte `offset` on, whether the try's log
     is complete, and the task instance's state (the try's outcome, once it has one)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
