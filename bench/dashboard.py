@@ -47,9 +47,9 @@ def make_run(client, operator: dict[str, str]) -> int:
                            json={"swarm": "bench", "runtime_backend": "local"})
         resp.raise_for_status()
         workers.append({"Authorization": f"Bearer {resp.json()['worker_token']}"})
-    epochs, idle = 0, 0
-    while idle < WORKERS:
-        worker = workers[epochs % WORKERS]
+    epochs, idle, rounds = 0, 0, 0
+    while idle < WORKERS:  # until every worker found nothing to claim
+        worker, rounds = workers[rounds % WORKERS], rounds + 1
         items = client.post("/v1/dispatch/claim", json={"limit": 50}, headers=worker).json()["items"]
         idle = 0 if items else idle + 1
         for item in items:

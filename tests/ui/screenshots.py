@@ -8,6 +8,7 @@ docs/img/dashboard-*.png (about a minute); run it again after changing a page.
 
 import shutil
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from selenium.webdriver.common.by import By
@@ -17,7 +18,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from app.main import create_app
 from app.migrate import upgrade
 from bench.dashboard import make_run
-from tests.api import ADMIN_PASSWORD, Operator
+from tests.api import ADMIN_PASSWORD, Operator, kube_target
 from tests.conftest import LiveServer, app_settings
 from tests.ui.pages import chrome, fence_run
 
@@ -66,8 +67,11 @@ def main() -> None:
             browser.set_window_size(WIDTH, 700)
             browser.save_screenshot(str(OUT / "dashboard-tail.png"))
             print(OUT / "dashboard-tail.png")
-            shot("/ui/seats", "fleet", "table.fleet")
             make_run(api, operator.headers)
+            pod = operator.admit("etl-pod-1", backend="kubernetes", target=kube_target("6f1c2d3e-pod-uid"))
+            operator.patch(f"/v1/executions/{pod['execution_id']}", json={"observation": {
+                "phase": "Running", "observed_at": datetime.now(UTC).isoformat()}}).raise_for_status()
+            shot("/ui/seats", "fleet", "table.fleet")
             shot("/ui/runs/bench/wide?view=timeline", "timeline-1000-epochs", "svg.gantt", most=1300)
             shot("/ui/runs/bench/wide?view=graph", "graph-200-tasks", "svg.dag", most=1300)
     finally:
