@@ -133,7 +133,7 @@ def outcome_charts(*, session: Session, now: datetime) -> list[charts.Chart]:
 @dataclass
 class FleetRow:
     """One seat: its current execution and what its executions hold and did in FLEET_WINDOW.
-    (A new column is a field here and a cell in seats.html's fleet macros.)"""
+    (A new column is a field here and a header and a cell in macros.html: fleet_headers, fleet_cells.)"""
 
     execution: ExecutionPublic
     activity: history.SeatActivity
