@@ -15,6 +15,15 @@ Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-
 RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_~:+\-][A-Za-z0-9_.~:+\-]{0,249}$")]
 
 
+# Contract 2.4: the infra budget counts re-places as Airflow's `retries` counts retries.
+MAX_INFRA_ATTEMPTS = (
+    "How many times an infrastructure fault (evicted, oom_killed, node_lost, ...) is re-placed on the "
+    "same try: a fault is re-placed while infra_attempts is below max_infra_attempts, and the fault after "
+    "the last re-place ends the task instance in infra_failed (with 3, the fourth fault is terminal). "
+    "A new try starts with a fresh budget."
+)
+
+
 class Resources(Strict):
     cpu: Annotated[str, StringConstraints(max_length=32)] | None = None
     memory: Annotated[str, StringConstraints(max_length=32)] | None = None
@@ -44,7 +53,7 @@ class TaskCreate(Strict):
     payload: Payload
     retries: Annotated[int, Field(ge=0, le=1000)] = 0
     retry_delay: Annotated[float, Field(ge=0, le=7 * 86400)] = 300.0
-    max_infra_attempts: Annotated[int, Field(ge=0, le=1000)] = 3
+    max_infra_attempts: Annotated[int, Field(ge=0, le=1000, description=MAX_INFRA_ATTEMPTS)] = 3
     upstream: list[Ident] = []
     idempotent: bool = True
 
@@ -86,7 +95,7 @@ class TaskInstancePublic(BaseModel):
     max_tries: int
     attempt_epoch: int
     infra_attempts: int
-    max_infra_attempts: int
+    max_infra_attempts: int = Field(description=MAX_INFRA_ATTEMPTS)
     last_failure_kind: Literal["app", "infra"] | None
     last_failure_reason: str | None
     execution_id: uuid.UUID | None
