@@ -16,7 +16,7 @@ from sqlmodel import Session
 from app.auth.tokens import AttemptClaims
 from app.errors import AppError, not_found
 from app.execution import history
-from app.execution.fence import settled_by, stale_report
+from app.execution.fence import current_attempt
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution
 from app.logs.store import LogConflict, LogGap, LogStore
@@ -35,13 +35,12 @@ def log_key(ti: TaskInstance, try_number: int, epoch: int) -> str:
 def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: int, content: str,
            max_attempt_bytes: int) -> int:
     """Append to the token's own attempt stream; answers the stored size. The attempt must still
-    be the task instance's current one (settle rule), finished or not: a superseded attempt's
-    append is refused like any stale write. 409 log-offset-gap past the end; 413 past the
-    per-attempt limit."""
-    ti = session.get(TaskInstance, token.ti_id)
-    if ti is None or not settled_by(token.key, ti):
-        raise stale_report(token.key, ti)
-    key = log_key(ti, ti.try_number, ti.attempt_epoch)
+    be the task instance's current one under the relaxed rule (contract 2.5), finished or not:
+    a superseded attempt's append is refused like any stale write, and a claim-less token
+    appends to its try's legacy stream (`{try}.log`, served first). 409 log-offset-gap past the
+    end; 413 past the per-attempt limit."""
+    ti = current_attempt(session, token)
+    key = log_key(ti, token.try_number, token.attempt_epoch or 0)
     data = content.encode()
     stored = store.size(key) or 0
     if max(stored, offset + len(data)) > max_attempt_bytes:
