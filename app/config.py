@@ -52,6 +52,16 @@ class Settings(BaseSettings):
     agent_lost_after_seconds: float = 120.0
     dispatch_lost_after_seconds: float = 600.0
 
+    # Request bodies, bounded before they are parsed or a token is checked (413 beyond): every
+    # route's, and the three that carry more (log appends: log_max_request_bytes below).
+    max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
+    run_max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    snapshot_max_request_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
+    # JSON nesting (422 beyond): a whole body, and a free-form field (a run's conf) counted
+    # from the field itself, so that a snapshot wrapping a conf at its limit still restores.
+    max_json_depth: int = Field(default=64, ge=8, le=256)
+    max_free_form_depth: int = Field(default=32, ge=1, le=128)
+
     # Attempt logs: a filesystem store (shared storage when several replicas serve one
     # database), and limits per append request and per attempt stream.
     log_dir: Path | None = None

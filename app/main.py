@@ -18,6 +18,7 @@ from app.execution.reapers import ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
+from app.ingress import Ingress, Limits
 from app.logs.router import router as logs_router
 from app.logs.store import FileLogStore
 from app.operations import router as operations_router
@@ -65,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.read_engine = reading(app.state.engine)
     app.state.log_store = FileLogStore(settings.resolved_log_dir)
     install_error_handlers(app)
+    app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # outermost: before the URL check
     declare_problem_schema(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, rails_router,
                    execution_router, logs_router, admin_router, ui_router, airflow_v2_router, airflow_v1_router):

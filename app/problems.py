@@ -78,6 +78,13 @@ def render(request: Request, status: int, type: str, title: str, detail: str,
     return problem_response(status, type, title, detail, headers=headers, **extra)
 
 
+def validation_problem(request: Request, errors: list[dict[str, Any]], detail: str | None = None) -> JSONResponse:
+    """422 validation-error listing `errors` ({loc, msg, type} each); the detail names where."""
+    fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in errors)
+    return render(request, 422, "validation-error", "Invalid request", detail or f"Invalid input at: {fields}",
+                  errors=errors)
+
+
 _STATUS_TYPES = {
     400: ("bad-request", "Bad request"),
     401: ("unauthorized", "Unauthorized"),
@@ -127,10 +134,7 @@ def install_error_handlers(app: FastAPI) -> None:
             {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors()
         ]
-        fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in errors)
-        return render(
-            request, 422, "validation-error", "Invalid request", f"Invalid input at: {fields}", errors=errors
-        )
+        return validation_problem(request, errors)
 
     @app.exception_handler(IntegrityError)
     async def _integrity_error(request: Request, exc: IntegrityError) -> JSONResponse:

@@ -1,8 +1,40 @@
-"""The base of every request body."""
+"""The base of every request body, and the bound on free-form (schemaless) fields."""
 
-from typing import Any, ClassVar
+from contextvars import ContextVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+
+# How deep a free-form field (a run's conf, ...) may nest, counted from the field itself: the
+# request's setting (FENCELINE_MAX_FREE_FORM_DEPTH), set per request by app/ingress.py.
+free_form_depth: ContextVar[int] = ContextVar("free_form_depth", default=32)
+
+
+def json_depth(value: Any, stop: int) -> int:
+    """How many levels of objects and arrays `value` nests (a scalar 0, `{}` 1), counted
+    without recursion and only up to `stop + 1`: past `stop` the exact figure does not matter."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > stop:
+            return deepest
+        todo.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+def _bounded(value: Any) -> Any:
+    limit = free_form_depth.get()
+    if json_depth(value, limit) > limit:
+        raise ValueError(f"nests deeper than {limit} levels")
+    return value
+
+
+# A schemaless object a client may send, nested at most free_form_depth levels.
+FreeForm = Annotated[dict[str, Any], AfterValidator(_bounded)]
 
 
 def _unstorable(value: Any, path: str, allow_nul: bool) -> str | None:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from app.orchestration.models import DagRun, TaskInstance
-from app.schemas import Strict
+from app.schemas import FreeForm, Strict
 
 # Identifiers become log path segments: never "." or "..", so none may start with a dot.
 Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,249}$")]
@@ -63,7 +63,7 @@ class RunCreate(Strict):
     run_id: RunId | None = None
     tenant_id: Annotated[str, StringConstraints(max_length=250)] | None = None
     trace_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9\-]{1,64}$")] | None = None
-    conf: dict[str, Any] = {}
+    conf: FreeForm = {}
     tasks: Annotated[list[TaskCreate], Field(min_length=1, max_length=10_000)]
 
     @model_validator(mode="after")
