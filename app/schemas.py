@@ -37,7 +37,7 @@ def _bounded(value: Any) -> Any:
 FreeForm = Annotated[dict[str, Any], AfterValidator(_bounded)]
 
 
-def _unstorable(value: Any, path: str, allow_nul: bool) -> str | None:
+def unstorable(value: Any, path: str, allow_nul: bool = False) -> str | None:
     """Where `value` holds text that one of the two databases cannot store (a NUL character,
     or a lone surrogate, which is not Unicode), if anywhere."""
     if isinstance(value, str):
@@ -49,12 +49,12 @@ def _unstorable(value: Any, path: str, allow_nul: bool) -> str | None:
             return f"{path or 'text'} is not valid Unicode"
     elif isinstance(value, dict):
         for key, item in value.items():
-            if found := (_unstorable(key, path, allow_nul)
-                         or _unstorable(item, f"{path}.{key}" if path else str(key), allow_nul)):
+            if found := (unstorable(key, path, allow_nul)
+                         or unstorable(item, f"{path}.{key}" if path else str(key), allow_nul)):
                 return found
     elif isinstance(value, list):
         for n, item in enumerate(value):
-            if found := _unstorable(item, f"{path}[{n}]", allow_nul):
+            if found := unstorable(item, f"{path}[{n}]", allow_nul):
                 return found
     return None
 
@@ -70,6 +70,6 @@ class Strict(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _storable_text(cls, data: Any) -> Any:
-        if found := _unstorable(data, "", cls.allow_nul):
+        if found := unstorable(data, "", cls.allow_nul):
             raise ValueError(found)
         return data
