@@ -28,7 +28,7 @@ class LogAppended(BaseModel):
 
 
 # The body as a whole is bounded before it is read (app/ingress.py); its content, here.
-@router.post("/v1/attempts/logs", responses=problems(404, 409, 413))
+@router.post("/v1/attempts/logs", responses=problems(404, 409, 413, 503, 507))
 def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: Request,
                token: AttemptDep) -> LogAppended:
     """Append to this attempt's own log stream; idempotent under retry (same offset, same bytes)."""
