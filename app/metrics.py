@@ -22,3 +22,8 @@ log_store_errors = Counter(
     "Log appends the log store could not write (answered 507 or 503), by errno name.",
     ["reason"],
 )
+tokens_without_audience = Counter(
+    "fenceline_tokens_without_audience",
+    "Tokens minted before tokens named their issuer and audience, accepted within the grace period, by kind.",
+    ["kind"],
+)
