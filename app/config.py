@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     max_attempt_credential_lifetime_seconds: int = 7 * 24 * 3600
     # Claim-less (legacy) attempt tokens: accepted under the epoch-0 rule, or refused (401).
     accept_legacy_attempt_tokens: bool = True
+    # Proxies (addresses or networks) whose X-Forwarded-For names the client, for the login
+    # throttle and the request log; with none, the peer's address is the client's.
+    trusted_proxies: list[str] = []
     # Tokens minted before tokens named their issuer and audience: accepted this long after
     # their iat (0 refuses them at once).
     unscoped_token_grace_seconds: int = Field(default=7 * 24 * 3600, ge=0)

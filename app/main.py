@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import models  # noqa: F401  (registers every table)
 from app.admin.router import router as admin_router
@@ -66,7 +67,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.read_engine = reading(app.state.engine)
     app.state.log_store = FileLogStore(settings.resolved_log_dir)
     install_error_handlers(app)
-    app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # outermost: before the URL check
+    app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # before the URL check
+    if settings.trusted_proxies:  # outermost: the client's address, as a trusted proxy names it
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     declare_problem_schema(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, rails_router,
                    execution_router, logs_router, admin_router, ui_router, airflow_v2_router, airflow_v1_router):

@@ -1,6 +1,7 @@
 """/api/v1: Airflow 2.10's read routes, shapes and problem+json errors, HTTP Basic auth."""
 
 from datetime import datetime
+from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -23,14 +24,15 @@ PREFIX = "/api/v1"
 ERRORS_DOC = "https://airflow.apache.org/docs/apache-airflow/2.10.0/stable-rest-api-ref.html#section/Errors/"
 _ERROR_NAMES = {400: ("BadRequest", "Bad Request"), 401: ("Unauthenticated", "Unauthorized"),
                 403: ("PermissionDenied", "Forbidden"), 404: ("NotFound", "Not Found"),
-                406: ("NotAcceptable", "Not Acceptable"), 409: ("AlreadyExists", "Conflict")}
+                405: ("MethodNotAllowed", "Method Not Allowed"), 406: ("NotAcceptable", "Not Acceptable"),
+                409: ("AlreadyExists", "Conflict")}
 
 
 def _render(*, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None,
             **extra: Any) -> Any:
-    if type == "validation-error":
-        status = 400  # connexion validates parameters with a 400
-    name, airflow_title = _ERROR_NAMES.get(status, ("Unknown", "Internal Server Error"))
+    if status == 422:
+        status = 400  # connexion refuses a bad parameter, or a value it cannot take, with a 400
+    name, airflow_title = _ERROR_NAMES.get(status, ("Unknown", HTTPStatus(status).phrase))
     return problem_response(status, ERRORS_DOC + name, airflow_title, detail, headers=headers)
 
 
