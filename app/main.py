@@ -24,7 +24,7 @@ from app.logs.router import router as logs_router
 from app.logs.store import FileLogStore
 from app.operations import router as operations_router
 from app.orchestration.router import router as orchestration_router
-from app.problems import declare_problem_schema, install_error_handlers
+from app.problems import document_errors, install_error_handlers
 from app.ui.router import router as ui_router
 
 log = logging.getLogger("fenceline")
@@ -70,7 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # before the URL check
     if settings.trusted_proxies:  # outermost: the client's address, as a trusted proxy names it
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
-    declare_problem_schema(app)
+    document_errors(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, rails_router,
                    execution_router, logs_router, admin_router, ui_router, airflow_v2_router, airflow_v1_router):
         app.include_router(router)

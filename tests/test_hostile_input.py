@@ -53,6 +53,8 @@ class TestNumbers:
         operator.create_run()
         resp = operator.get(f"/api/v2/dags/dag/dagRuns/run/taskInstances/t/{10**23}")
         assert resp.status_code in (404, 422)
+        resp = operator.get("/api/v2/dags/dag/dagRuns/run/taskInstances/t/tries", params={"map_index": 10**23})
+        assert resp.status_code == 422 and isinstance(resp.json()["detail"], list), resp.text
 
     def test_a_huge_exit_code_is_422(self, operator):
         execution = operator.admission("s").json()
@@ -79,6 +81,14 @@ class TestNul:
     def test_a_nul_in_the_path_or_query_is_422_on_both_databases(self, operator):
         assert operator.get("/v1/runs", params={"dag_id": "a\x00b"}).status_code == 422
         assert operator.get("/v1/runs/a%00b/r").status_code == 422
+
+    def test_the_airflow_routes_refuse_it_in_their_versions_shape(self, operator):
+        operator.create_run()
+        v2 = operator.get("/api/v2/dags/dag/dagRuns/run/taskInstances/t/tries", params={"map_index": "a\x00"})
+        assert v2.status_code == 422 and isinstance(v2.json()["detail"], list), v2.text
+        assert {"loc", "msg", "type"} <= set(v2.json()["detail"][0])
+        v1 = operator.get("/api/v1/dags/dag/dagRuns/run/taskInstances/t/tries", params={"x": "a\x00"})
+        assert (v1.status_code, v1.json()["title"]) == (400, "Bad Request"), v1.text
 
     def test_a_nul_in_task_output_is_kept_in_the_log(self, operator):
         operator.create_run()
