@@ -2,6 +2,7 @@
 
 import json
 from datetime import datetime
+from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Request
@@ -17,7 +18,7 @@ from app.auth.deps import BearerDep, installation
 from app.deps import SessionDep, StoreDep
 from app.errors import forbidden, unauthorized
 from app.orchestration.models import DagRun, TaskInstance
-from app.problems import register_error_renderer
+from app.problems import ErrorFamily, register_error_family
 
 PREFIX = "/api/v2"
 
@@ -44,12 +45,25 @@ TI = RUN + "/taskInstances"
 
 def _render(*, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None,
             **extra: Any) -> JSONResponse:
-    if type == "validation-error":
-        return JSONResponse({"detail": extra.get("errors", [])}, status_code=422)
+    if status == 422:  # FastAPI's HTTPValidationError, as Airflow 3 answers every 422
+        errors = extra.get("errors") or [{"loc": ["request"], "msg": detail, "type": type.replace("-", "_")}]
+        return JSONResponse({"detail": errors}, status_code=422, headers=headers)
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
-register_error_renderer(PREFIX, _render)
+def _documented(status: int) -> dict[str, Any]:
+    schema = "HTTPValidationError" if status == 422 else "HTTPExceptionResponse"
+    return {"description": HTTPStatus(status).phrase,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+
+
+# Airflow 3's error body: {"detail": …}.
+HTTP_EXCEPTION_RESPONSE = {
+    "title": "HTTPExceptionResponse", "type": "object", "required": ["detail"],
+    "properties": {"detail": {"title": "Detail", "anyOf": [{"type": "string"}, {"type": "object"}]}},
+}
+register_error_family(PREFIX, ErrorFamily(render=_render, documented=_documented, answers=(413, 422, 503),
+                                          schemas={"HTTPExceptionResponse": HTTP_EXCEPTION_RESPONSE}))
 
 
 # --- wire schemas: Airflow 3's field names (docs/airflow-compat.md §2.4) --------------------

@@ -15,9 +15,10 @@ from fastapi.responses import FileResponse, RedirectResponse, Response, Streamin
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
-from app.auth.deps import installation, operator_token
+from app.auth.deps import check_password, operator_token
 from app.db import utcnow
 from app.deps import SessionDep, StoreDep
+from app.errors import AppError
 from app.logs import service as logs
 from app.orchestration import states as s
 from app.ui import access, graph, timeline, views
@@ -108,9 +109,13 @@ def login_form(request: Request, next: str | None = None) -> Response:
 def login(request: Request, username: Annotated[str, Form()] = "", password: Annotated[str, Form()] = "",
           next: Annotated[str, Form()] = "") -> Response:
     """Check the operator's credentials as POST /auth/token does; set the session cookie."""
-    if not installation(request).operator.check(username, password):
-        return page(request, "login.html", status_code=400, operator=None, next=access.safe_next(next),
-                    error="Invalid username or password.", username=username)
+    try:
+        check_password(request, username, password)
+    except AppError as refusal:
+        again = page(request, "login.html", status_code=400 if refusal.status == 401 else refusal.status,
+                     operator=None, next=access.safe_next(next), error=refusal.detail, username=username)
+        again.headers.update(refusal.headers)
+        return again
     response = RedirectResponse(access.safe_next(next), status_code=303)
     access.set_session_cookie(response, request, operator_token(request, username))
     return response
