@@ -50,7 +50,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.admin_password is None:
         print("fenceline: the operator password is FENCELINE_ADMIN_PASSWORD, or the one generated "
               "and printed at this installation's first start", flush=True)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    # X-Forwarded-For is believed only from FENCELINE_TRUSTED_PROXIES (app/main.py), not from
+    # whatever uvicorn trusts by default.
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
+                proxy_headers=False)
     return 0
 
 

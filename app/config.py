@@ -42,6 +42,12 @@ class Settings(BaseSettings):
     max_attempt_credential_lifetime_seconds: int = 7 * 24 * 3600
     # Claim-less (legacy) attempt tokens: accepted under the epoch-0 rule, or refused (401).
     accept_legacy_attempt_tokens: bool = True
+    # Proxies (addresses or networks) whose X-Forwarded-For names the client, for the login
+    # throttle and the request log; with none, the peer's address is the client's.
+    trusted_proxies: list[str] = []
+    # Tokens minted before tokens named their issuer and audience: accepted this long after
+    # their iat (0 refuses them at once).
+    unscoped_token_grace_seconds: int = Field(default=7 * 24 * 3600, ge=0)
 
     # Outcome routing: infra re-places back off exponentially (with jitter) up to the cap.
     infra_backoff_base_seconds: float = 5.0
@@ -51,6 +57,16 @@ class Settings(BaseSettings):
     reaper_interval_seconds: float = 10.0
     agent_lost_after_seconds: float = 120.0
     dispatch_lost_after_seconds: float = 600.0
+
+    # Request bodies, bounded before they are parsed or a token is checked (413 beyond): every
+    # route's, and the three that carry more (log appends: log_max_request_bytes below).
+    max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
+    run_max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    snapshot_max_request_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
+    # JSON nesting (422 beyond): a whole body, and a free-form field (a run's conf) counted
+    # from the field itself, so that a snapshot wrapping a conf at its limit still restores.
+    max_json_depth: int = Field(default=64, ge=8, le=256)
+    max_free_form_depth: int = Field(default=32, ge=1, le=128)
 
     # Attempt logs: a filesystem store (shared storage when several replicas serve one
     # database), and limits per append request and per attempt stream.

@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__, models  # noqa: F401  (registers every table)
 from app.admin.router import router as admin_router
@@ -19,11 +20,12 @@ from app.execution.reapers import ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
+from app.ingress import Ingress, Limits
 from app.logs.router import router as logs_router
 from app.logs.store import FileLogStore
 from app.operations import router as operations_router
 from app.orchestration.router import router as orchestration_router
-from app.problems import declare_problem_schema, install_error_handlers
+from app.problems import document_errors, install_error_handlers
 from app.ui.router import router as ui_router
 
 log = logging.getLogger("fenceline")
@@ -66,7 +68,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.read_engine = reading(app.state.engine)
     app.state.log_store = FileLogStore(settings.resolved_log_dir)
     install_error_handlers(app)
-    declare_problem_schema(app)
+    app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # before the URL check
+    if settings.trusted_proxies:  # outermost: the client's address, as a trusted proxy names it
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
+    document_errors(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, rails_router,
                    execution_router, logs_router, admin_router, ui_router, open_router, cli_login_router,
                    airflow_v2_router, airflow_v1_router):

@@ -17,3 +17,13 @@ reaper_marks = Counter(
     "In-flight attempts the reapers routed as unexecutable, by reason.",
     ["reason"],
 )
+log_store_errors = Counter(
+    "fenceline_log_store_errors",
+    "Log appends the log store could not write (answered 507 or 503), by errno name.",
+    ["reason"],
+)
+tokens_without_audience = Counter(
+    "fenceline_tokens_without_audience",
+    "Tokens minted before tokens named their issuer and audience, accepted within the grace period, by kind.",
+    ["kind"],
+)

@@ -1,8 +1,9 @@
 """Every table module, imported in one place so that Alembic and the snapshot see them all."""
 
-from app.auth.models import InstallationSecret
+from app.auth.models import InstallationSecret, LoginFailure
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution, Seat
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 
-__all__ = ["DagRun", "Execution", "InstallationSecret", "Seat", "TaskAttempt", "TaskInstance", "TaskInstanceHistory"]
+__all__ = ["DagRun", "Execution", "InstallationSecret", "LoginFailure", "Seat", "TaskAttempt", "TaskInstance",
+           "TaskInstanceHistory"]

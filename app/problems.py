@@ -1,7 +1,10 @@
-"""problem+json on the wire: the Problem schema, the route declarations, and the global
-handlers that render AppError, validation errors and database faults (RFC 9457)."""
+"""problem+json on the wire: the Problem schema, the route declarations, the error responses
+of the OpenAPI document, and the global handlers that render AppError, validation errors and
+database faults (RFC 9457)."""
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
@@ -13,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.db import DatabaseFault, database_fault
 from app.errors import AppError
@@ -40,17 +44,36 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
             for s in statuses}
 
 
-def declare_problem_schema(app: FastAPI) -> None:
-    """Add the Problem schema that problems() refers to to the document's components."""
+def document_errors(app: FastAPI) -> None:
+    """Complete the document's error responses: every status a route may answer whatever it
+    declares (a body past its limit, a NUL in the URL, a database fault), each in its family's
+    shape (app/airflow registers theirs), and none it never answers."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()
-            schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components["Problem"] = Problem.model_json_schema()
+            for family in {id(f): f for f in (NATIVE, *_families.values())}.values():
+                components.update(family.schemas)
+            for path, operations in schema["paths"].items():
+                family = family_of(path)
+                for method, operation in operations.items():
+                    _complete(operation.setdefault("responses", {}), family, method)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _complete(responses: dict[str, Any], family: "ErrorFamily", method: str) -> None:
+    for status in family.never:
+        responses.pop(str(status), None)
+    for status in (*family.answers, *(() if method in ("get", "head") else WRITE_FAULTS)):
+        responses[str(status)] = family.documented(status)
+    for status, response in responses.items():  # declared by description alone: give it its shape
+        if status[0] in "45" and "content" not in response:
+            response.update(family.documented(int(status)))
 
 
 def problem_response(
@@ -60,22 +83,50 @@ def problem_response(
     return JSONResponse(jsonable_encoder(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
-# Airflow-compatible routers register a renderer for their prefix, so that their errors take
+@dataclass(frozen=True)
+class ErrorFamily:
+    """How a family of routes refuses: `render(status=, type=, title=, detail=, headers=, **extra)`
+    sends a refusal, `documented(status)` is the OpenAPI response that describes it (its
+    `schemas` go to the document's components), `answers` are the statuses every route of the
+    family may send, and `never` those FastAPI documents that the family never sends."""
+
+    render: Callable[..., JSONResponse]
+    documented: Callable[[int], dict[str, Any]]
+    answers: tuple[int, ...]
+    never: tuple[int, ...] = ()
+    schemas: dict[str, Any] = field(default_factory=dict)
+
+
+# A body past its limit, a NUL in the URL, a database that is busy or unreachable; and, for a
+# write, a full database.
+NATIVE = ErrorFamily(render=lambda **problem: problem_response(**problem), documented=lambda s: problems(s)[s],
+                     answers=(413, 422, 503))
+WRITE_FAULTS = (507,)
+
+# Airflow-compatible routers register their family for their prefix, so that their errors take
 # their Airflow version's shape while every native route answers problem+json.
-ErrorRenderer = Any
-_renderers: dict[str, ErrorRenderer] = {}
+_families: dict[str, ErrorFamily] = {}
 
 
-def register_error_renderer(prefix: str, renderer: ErrorRenderer) -> None:
-    _renderers[prefix] = renderer
+def register_error_family(prefix: str, family: ErrorFamily) -> None:
+    _families[prefix] = family
+
+
+def family_of(path: str) -> ErrorFamily:
+    return next((f for prefix, f in _families.items() if path.startswith(prefix)), NATIVE)
 
 
 def render(request: Request, status: int, type: str, title: str, detail: str,
            headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
-    for prefix, renderer in _renderers.items():
-        if request.url.path.startswith(prefix):
-            return renderer(status=status, type=type, title=title, detail=detail, headers=headers, **extra)
-    return problem_response(status, type, title, detail, headers=headers, **extra)
+    return family_of(request.url.path).render(status=status, type=type, title=title, detail=detail,
+                                              headers=headers, **extra)
+
+
+def validation_problem(request: Request, errors: list[dict[str, Any]], detail: str | None = None) -> JSONResponse:
+    """422 validation-error listing `errors` ({loc, msg, type} each); the detail names where."""
+    fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in errors)
+    return render(request, 422, "validation-error", "Invalid request", detail or f"Invalid input at: {fields}",
+                  errors=errors)
 
 
 _STATUS_TYPES = {
@@ -106,6 +157,14 @@ class RefuseNulInUrl:
         await self.app(scope, receive, send)
 
 
+def _served_methods(request: Request) -> set[str]:
+    """Every method some route serves at the request's path (asked of the router itself:
+    included routers keep their routes to themselves)."""
+    return {method for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+            if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
+                   for route in request.app.router.routes)}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_middleware(RefuseNulInUrl)
 
@@ -117,9 +176,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         type, title = _STATUS_TYPES.get(exc.status_code, ("http-error", "HTTP error"))
         detail = exc.detail if isinstance(exc.detail, str) else title
+        headers = getattr(exc, "headers", None)
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"No route {request.method} {request.url.path}"
-        return render(request, exc.status_code, type, title, detail, headers=getattr(exc, "headers", None))
+        if exc.status_code == 405:  # Starlette names the methods of the first route that matched
+            headers = {**(headers or {}), "Allow": ", ".join(sorted(_served_methods(request)))}
+        return render(request, exc.status_code, type, title, detail, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -127,10 +189,7 @@ def install_error_handlers(app: FastAPI) -> None:
             {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors()
         ]
-        fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in errors)
-        return render(
-            request, 422, "validation-error", "Invalid request", f"Invalid input at: {fields}", errors=errors
-        )
+        return validation_problem(request, errors)
 
     @app.exception_handler(IntegrityError)
     async def _integrity_error(request: Request, exc: IntegrityError) -> JSONResponse:

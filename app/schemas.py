@@ -1,11 +1,43 @@
-"""The base of every request body."""
+"""The base of every request body, and the bound on free-form (schemaless) fields."""
 
-from typing import Any, ClassVar
+from contextvars import ContextVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+
+# How deep a free-form field (a run's conf, ...) may nest, counted from the field itself: the
+# request's setting (FENCELINE_MAX_FREE_FORM_DEPTH), set per request by app/ingress.py.
+free_form_depth: ContextVar[int] = ContextVar("free_form_depth", default=32)
 
 
-def _unstorable(value: Any, path: str, allow_nul: bool) -> str | None:
+def json_depth(value: Any, stop: int) -> int:
+    """How many levels of objects and arrays `value` nests (a scalar 0, `{}` 1), counted
+    without recursion and only up to `stop + 1`: past `stop` the exact figure does not matter."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > stop:
+            return deepest
+        todo.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+def _bounded(value: Any) -> Any:
+    limit = free_form_depth.get()
+    if json_depth(value, limit) > limit:
+        raise ValueError(f"nests deeper than {limit} levels")
+    return value
+
+
+# A schemaless object a client may send, nested at most free_form_depth levels.
+FreeForm = Annotated[dict[str, Any], AfterValidator(_bounded)]
+
+
+def unstorable(value: Any, path: str, allow_nul: bool = False) -> str | None:
     """Where `value` holds text that one of the two databases cannot store (a NUL character,
     or a lone surrogate, which is not Unicode), if anywhere."""
     if isinstance(value, str):
@@ -17,12 +49,12 @@ def _unstorable(value: Any, path: str, allow_nul: bool) -> str | None:
             return f"{path or 'text'} is not valid Unicode"
     elif isinstance(value, dict):
         for key, item in value.items():
-            if found := (_unstorable(key, path, allow_nul)
-                         or _unstorable(item, f"{path}.{key}" if path else str(key), allow_nul)):
+            if found := (unstorable(key, path, allow_nul)
+                         or unstorable(item, f"{path}.{key}" if path else str(key), allow_nul)):
                 return found
     elif isinstance(value, list):
         for n, item in enumerate(value):
-            if found := _unstorable(item, f"{path}[{n}]", allow_nul):
+            if found := unstorable(item, f"{path}[{n}]", allow_nul):
                 return found
     return None
 
@@ -38,6 +70,6 @@ class Strict(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _storable_text(cls, data: Any) -> Any:
-        if found := _unstorable(data, "", cls.allow_nul):
+        if found := unstorable(data, "", cls.allow_nul):
             raise ValueError(found)
         return data

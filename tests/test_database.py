@@ -3,8 +3,6 @@ connection; 507 for a full one; 500 for anything else), and reads that never wri
 
 import os
 import shutil
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +22,7 @@ from app.migrate import upgrade
 from tests.api import Operator, assert_problem, task
 from tests.conftest import app_settings
 from tests.databases import PG_ADMIN_URL, throwaway_database
+from tests.filesystems import small_filesystem
 from tests.tcp_proxy import TcpProxy
 
 
@@ -35,23 +34,6 @@ def run_body(run_id: str, conf_bytes: int = 0) -> dict:
 def operator_on(url: str, **overrides) -> Iterator[Operator]:
     with TestClient(create_app(app_settings(url, **overrides))) as client:
         yield Operator(client)
-
-
-@contextmanager
-def small_filesystem(size: str) -> Iterator[Path]:
-    """A real tmpfs of `size` (needs root), in a directory the database server may enter;
-    skips where none can be mounted."""
-    path = Path(tempfile.mkdtemp(prefix="fenceline-small-"))
-    path.chmod(0o755)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-        path.rmdir()
 
 
 @contextmanager

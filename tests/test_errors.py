@@ -11,6 +11,12 @@ class TestProblems:
     def test_a_wrong_method_is_405(self, operator):
         assert_problem(operator.delete("/v1/occupants"), 405, "method-not-allowed")
 
+    def test_a_405_names_every_method_served_at_the_path(self, operator):
+        """GET and POST /v1/admin/snapshot are two routes: Allow names both."""
+        resp = operator.request("OPTIONS", "/v1/admin/snapshot")
+        assert_problem(resp, 405, "method-not-allowed")
+        assert sorted(resp.headers["allow"].split(", ")) == ["GET", "POST"]
+
     def test_a_missing_field_is_422_naming_it(self, operator):
         resp = operator.post("/v1/seats/s/executions", json={"runtime_backend": "local"})
         body = assert_problem(resp, 422, "validation-error")

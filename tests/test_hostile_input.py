@@ -1,8 +1,21 @@
-"""Input no column can hold is a 422 problem, never a 500, and changes nothing."""
+"""Hostile input: bodies bounded before parsing or authentication (413), JSON no route may take
+(422: too deep, not finite, not UTF-8), and input no column can hold (422) — never a 500, and
+nothing changes."""
 
 import json
+import socket
+import threading
+import uuid
+from urllib.parse import urlsplit
 
-from tests.api import Worker, admission_body
+import pytest
+from sqlalchemy import insert
+
+from app.db import utcnow
+from app.migrate import upgrade
+from app.orchestration.models import DagRun
+from tests.api import Operator, Worker, admission_body, assert_problem, bearer, task
+from tests.databases import throwaway_database
 
 LONE_SURROGATE = '"\\ud800"'  # valid JSON, not valid Unicode
 
@@ -40,6 +53,8 @@ class TestNumbers:
         operator.create_run()
         resp = operator.get(f"/api/v2/dags/dag/dagRuns/run/taskInstances/t/{10**23}")
         assert resp.status_code in (404, 422)
+        resp = operator.get("/api/v2/dags/dag/dagRuns/run/taskInstances/t/tries", params={"map_index": 10**23})
+        assert resp.status_code == 422 and isinstance(resp.json()["detail"], list), resp.text
 
     def test_a_huge_exit_code_is_422(self, operator):
         execution = operator.admission("s").json()
@@ -67,9 +82,153 @@ class TestNul:
         assert operator.get("/v1/runs", params={"dag_id": "a\x00b"}).status_code == 422
         assert operator.get("/v1/runs/a%00b/r").status_code == 422
 
+    def test_the_airflow_routes_refuse_it_in_their_versions_shape(self, operator):
+        operator.create_run()
+        v2 = operator.get("/api/v2/dags/dag/dagRuns/run/taskInstances/t/tries", params={"map_index": "a\x00"})
+        assert v2.status_code == 422 and isinstance(v2.json()["detail"], list), v2.text
+        assert {"loc", "msg", "type"} <= set(v2.json()["detail"][0])
+        v1 = operator.get("/api/v1/dags/dag/dagRuns/run/taskInstances/t/tries", params={"x": "a\x00"})
+        assert (v1.status_code, v1.json()["title"]) == (400, "Bad Request"), v1.text
+
     def test_a_nul_in_task_output_is_kept_in_the_log(self, operator):
         operator.create_run()
         resp = Worker(operator).claim_one().send_log(0, "before\x00after\n")
         assert resp.json() == {"size": 13}
         ti = operator.get("/v1/runs/dag/run").json()["task_instances"][0]["ti_id"]
         assert operator.get(f"/v1/task-instances/{ti}/tries/1/log").text.endswith("before\x00after\n")
+
+
+def raw_exchange(url: str, head: str, chunks: list[bytes]) -> bytes:
+    """Send a request head and then `chunks` on a plain socket, reading what the server answers
+    meanwhile; answers the response's first line. Answers as soon as the server does, which
+    httpx cannot: it writes a whole body before it reads."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        def write() -> None:
+            try:
+                sock.sendall(head.encode())
+                for chunk in chunks:
+                    sock.sendall(chunk)
+            except OSError:
+                pass  # the server answered and closed: what it sent is still read below
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        answer = b""
+        while b"\r\n" not in answer:
+            got = sock.recv(4096)
+            if not got:
+                break
+            answer += got
+        return answer.split(b"\r\n", 1)[0]
+
+
+def chunked(size: int, piece: int = 64 * 1024) -> list[bytes]:
+    body = (b'{"limit": 1, "pad": "' + b"x" * size + b'"}')
+    pieces = [body[n:n + piece] for n in range(0, len(body), piece)]
+    return [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces] + [b"0\r\n\r\n"]
+
+
+class TestBodyLimits:
+    def test_an_oversized_body_is_413_before_its_token_is_checked(self, make_client):
+        client = make_client(max_request_bytes=4096)
+        big = {"username": "admin", "password": "x" * 5000}
+        assert_problem(client.post("/auth/token", json=big), 413, "payload-too-large")
+        assert_problem(client.post("/v1/dispatch/claim", json={"limit": 1, "pad": "x" * 5000},
+                                   headers=bearer("not-a-token")), 413, "payload-too-large")
+        assert client.post("/auth/token", json={**big, "password": "x"}).status_code == 401
+
+    def test_an_oversized_body_changes_nothing(self, make_client):
+        operator = Operator(make_client(max_request_bytes=4096))
+        resp = operator.admission("s1", labels={"pad": "x" * 5000})
+        assert_problem(resp, 413, "payload-too-large")
+        assert operator.get("/v1/seats/s1/executions").json() == {"items": []}
+
+    def test_a_chunked_body_is_counted_as_it_arrives(self, live_server):
+        """No Content-Length to check: the 413 comes once the count passes 1 MiB, without a
+        token, while the client is still sending."""
+        head = ("POST /v1/dispatch/claim HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n")
+        assert raw_exchange(live_server.url, head, chunked(8 * 1024 * 1024)).startswith(b"HTTP/1.1 413")
+        assert raw_exchange(live_server.url, head, chunked(1000)).startswith(b"HTTP/1.1 401")
+
+    def test_a_declared_length_over_the_limit_is_413_before_the_body_is_read(self, live_server):
+        head = ("POST /auth/token HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {100 * 1024 * 1024}\r\n\r\n")
+        assert raw_exchange(live_server.url, head, []).startswith(b"HTTP/1.1 413")
+
+    def test_runs_and_snapshots_carry_more_than_the_default(self, make_client):
+        operator = Operator(make_client(max_request_bytes=4096, run_max_request_bytes=65536))
+        conf = {"blob": "x" * 20000}
+        assert operator.post("/v1/runs", json={"dag_id": "d", "tasks": [task("a")], "conf": conf}).status_code == 201
+        too_big = {"dag_id": "d", "tasks": [task("a")], "conf": {"blob": "x" * 70000}}
+        assert_problem(operator.post("/v1/runs", json=too_big), 413, "payload-too-large")
+        assert operator.get("/v1/admin/snapshot").status_code == 200
+        restored = operator.post("/v1/admin/snapshot", json={"format": "fenceline-snapshot/1", "tables": {},
+                                                             "pad": "x" * 20000})
+        assert restored.status_code != 413
+
+
+def nested(depth: int, leaf: object = 1) -> object:
+    """`depth` levels of objects around `leaf` (a scalar has depth 0)."""
+    value = leaf
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+class TestNesting:
+    def test_a_thousand_nested_arrays_are_422_not_500(self, client):
+        resp = client.post("/auth/token", content=b"[" * 1000 + b"]" * 1000,
+                           headers={"content-type": "application/json"})
+        assert "nests deeper than 64" in assert_problem(resp, 422, "validation-error")["detail"]
+
+    def test_a_body_deeper_than_64_is_422_and_creates_nothing(self, operator):
+        resp = operator.post("/v1/runs", json={"dag_id": "d", "tasks": [task("a")], "conf": nested(300)})
+        assert_problem(resp, 422, "validation-error")
+        assert operator.get("/v1/runs").json()["items"] == []
+
+    def test_a_conf_deeper_than_32_is_422_naming_it(self, operator):
+        resp = operator.post("/v1/runs", json={"dag_id": "d", "tasks": [task("a")], "conf": nested(33)})
+        problem = assert_problem(resp, 422, "validation-error")
+        assert problem["errors"][0]["loc"] == ["body", "conf"]
+        assert operator.get("/v1/runs").json()["items"] == []
+
+    def test_a_run_at_the_limit_exports_and_restores(self, operator, make_client, is_postgres, tmp_path):
+        resp = operator.post("/v1/runs", json={"dag_id": "d", "run_id": "deep", "tasks": [task("a")],
+                                               "conf": nested(32)})
+        assert resp.status_code == 201, resp.text
+        exported = operator.get("/v1/admin/snapshot").json()
+        with throwaway_database("postgresql" if is_postgres else "sqlite", tmp_path) as url:
+            upgrade(url)
+            fresh = Operator(make_client(database_url=url))
+            assert fresh.post("/v1/admin/snapshot", json=exported).status_code == 201
+            assert fresh.get("/v1/admin/snapshot").json() == exported
+            assert fresh.run("d", "deep")["conf"] == nested(32)
+
+    def test_a_run_stored_deeper_before_the_limit_still_exports(self, operator, engine):
+        operator.create_run(task("a"))
+        with engine.begin() as conn:
+            conn.execute(insert(DagRun).values(id=uuid.uuid4(), dag_id="d", run_id="old", trace_id="t",
+                                               conf=nested(254), created_at=utcnow(), updated_at=utcnow()))
+        resp = operator.get("/v1/admin/snapshot")
+        assert resp.status_code == 200, resp.text
+        (old,) = [r for r in resp.json()["tables"]["dag_runs"] if r["run_id"] == "old"]
+        assert old["conf"] == nested(254)
+
+
+class TestNonFiniteNumbers:
+    @pytest.mark.parametrize("number", ["1e400", "-1e400", "NaN", "Infinity"])
+    def test_a_non_finite_number_is_422_on_both_databases(self, client, operator, number):
+        body = '{"dag_id": "d", "tasks": [{"task_id": "a", "payload": {"command": ["true"]}}], "conf": {"x": %s}}'
+        resp = client.post("/v1/runs", content=body % number,
+                           headers={**operator.headers, "content-type": "application/json"})
+        assert "not" in assert_problem(resp, 422, "validation-error")["detail"]
+        assert operator.get("/v1/runs").json()["items"] == []
+
+
+class TestEncoding:
+    def test_a_body_that_is_not_utf8_is_422_problem_json(self, client, operator):
+        resp = client.post("/v1/seats/s1/executions", content=b'{"swarm": "\xff"}',
+                           headers={**operator.headers, "content-type": "application/json"})
+        assert "UTF-8" in assert_problem(resp, 422, "validation-error")["detail"]

@@ -9,6 +9,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import Table, Uuid, func, insert, select
 from sqlalchemy.exc import OperationalError, StatementError
 from sqlmodel import Session
@@ -16,10 +17,25 @@ from sqlmodel import Session
 from app import models  # noqa: F401  (registers every table)
 from app.db import UTCDateTime, metadata
 from app.errors import AppError
+from app.identity.schemas import SeatName
+from app.orchestration.schemas import Ident, RunId
+from app.schemas import FreeForm, unstorable
 
 FORMAT = "fenceline-snapshot/1"
-# Per-installation secrets do not travel with the data.
-EXCLUDED = {"installation_secrets", "alembic_version"}
+# Per-installation secrets and the login throttle's counts do not travel with the data.
+EXCLUDED = {"installation_secrets", "login_failures", "alembic_version"}
+# The API's validators of what a client names (identifiers become log paths and URLs) and of
+# free-form fields, applied to the same columns of a restored row.
+RULES: dict[str, dict[str, TypeAdapter[Any]]] = {
+    table: {column: TypeAdapter(kind) for column, kind in columns.items()}
+    for table, columns in {
+        "dag_runs": {"dag_id": Ident, "run_id": RunId, "conf": FreeForm},
+        "task_instances": {"dag_id": Ident, "run_id": RunId, "task_id": Ident, "upstream_task_ids": list[Ident]},
+        "seats": {"name": SeatName},
+        "executions": {"seat": SeatName},
+    }.items()
+}
+SHOWN = 20  # offending rows named in the detail
 
 
 def _tables() -> list[Table]:
@@ -63,14 +79,39 @@ def export(*, session: Session) -> dict[str, Any]:
     return {"format": FORMAT, "tables": tables}
 
 
+def _offending(name: str, rows: Any) -> list[str]:
+    """Where the rows of table `name` break a rule the API holds its input to."""
+    if not isinstance(rows, list):
+        return []  # said by the load below
+    found = []
+    for n, row in enumerate(rows):
+        if not isinstance(row, dict):
+            continue
+        if why := unstorable(row, ""):
+            found.append(f"{name}[{n}]: {why}")
+        for column, rule in RULES.get(name, {}).items():
+            try:
+                rule.validate_python(row.get(column))
+            except ValidationError as exc:
+                found.append(f"{name}[{n}].{column}: {exc.errors()[0]['msg']}")
+    return found
+
+
 def restore(*, session: Session, document: dict[str, Any]) -> dict[str, int]:
-    """Load `document` into an empty database; answers the row count per table."""
+    """Load `document` into an empty database; answers the row count per table. Every row is
+    held to the API's rules first, and one that breaks them refuses the whole document, naming
+    the rows."""
     if document.get("format") != FORMAT or not isinstance(document.get("tables"), dict):
         raise AppError(422, "invalid-snapshot", "Invalid snapshot", f"Expected a {FORMAT} document.")
     known = {t.name: t for t in _tables()}
     unknown = set(document["tables"]) - set(known)
     if unknown:
         raise AppError(422, "invalid-snapshot", "Invalid snapshot", f"Unknown tables: {sorted(unknown)}.")
+    offending = [where for name, rows in document["tables"].items() for where in _offending(name, rows)]
+    if offending:
+        more = f" (and {len(offending) - SHOWN} more)" if len(offending) > SHOWN else ""
+        raise AppError(422, "invalid-snapshot", "Invalid snapshot",
+                       f"Rows break the API's rules: {'; '.join(offending[:SHOWN])}{more}.", rows=offending)
     for table in known.values():
         if session.execute(select(func.count()).select_from(table)).scalar():
             raise AppError(409, "database-not-empty", "Database not empty",

@@ -1,6 +1,7 @@
 """/api/v1: Airflow 2.10's read routes, shapes and problem+json errors, HTTP Basic auth."""
 
 from datetime import datetime
+from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -17,24 +18,27 @@ from app.deps import SessionDep, StoreDep
 from app.errors import unauthorized
 from app.orchestration.models import DagRun
 from app.orchestration.models import TaskInstance as TaskInstanceRow
-from app.problems import problem_response, register_error_renderer
+from app.problems import ErrorFamily, problem_response, problems, register_error_family
 
 PREFIX = "/api/v1"
 ERRORS_DOC = "https://airflow.apache.org/docs/apache-airflow/2.10.0/stable-rest-api-ref.html#section/Errors/"
 _ERROR_NAMES = {400: ("BadRequest", "Bad Request"), 401: ("Unauthenticated", "Unauthorized"),
                 403: ("PermissionDenied", "Forbidden"), 404: ("NotFound", "Not Found"),
-                406: ("NotAcceptable", "Not Acceptable"), 409: ("AlreadyExists", "Conflict")}
+                405: ("MethodNotAllowed", "Method Not Allowed"), 406: ("NotAcceptable", "Not Acceptable"),
+                409: ("AlreadyExists", "Conflict")}
 
 
 def _render(*, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None,
             **extra: Any) -> Any:
-    if type == "validation-error":
-        status = 400  # connexion validates parameters with a 400
-    name, airflow_title = _ERROR_NAMES.get(status, ("Unknown", "Internal Server Error"))
+    if status == 422:
+        status = 400  # connexion refuses a bad parameter, or a value it cannot take, with a 400
+    name, airflow_title = _ERROR_NAMES.get(status, ("Unknown", HTTPStatus(status).phrase))
     return problem_response(status, ERRORS_DOC + name, airflow_title, detail, headers=headers)
 
 
-register_error_renderer(PREFIX, _render)
+# Connexion refuses bad parameters with 400, never 422; HTTP Basic may be throttled (429).
+register_error_family(PREFIX, ErrorFamily(render=_render, documented=lambda s: problems(s)[s],
+                                          answers=(400, 413, 429, 503), never=(422,)))
 
 
 def require_basic_operator(request: Request, bearer: BearerDep, basic: BasicDep) -> str:
@@ -45,7 +49,8 @@ def require_basic_operator(request: Request, bearer: BearerDep, basic: BasicDep)
 
 
 router = APIRouter(prefix=PREFIX, tags=["airflow-v1"], dependencies=[Depends(require_basic_operator)],
-                   responses={401: {"description": "Unauthenticated"}, 404: {"description": "Not found"}})
+                   responses={401: {"description": "Unauthenticated"}, 403: {"description": "Not an operator's token"},
+                              404: {"description": "Not found"}})
 Limit = limit(100)
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"

@@ -2,6 +2,7 @@
 
 import json
 from datetime import datetime
+from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Request
@@ -36,12 +37,12 @@ from app.airflow.v2_schemas import (
     VersionInfo,
 )
 from app.auth import tokens
-from app.auth.deps import BearerDep, installation, operator_token
+from app.auth.deps import BearerDep, check_password, installation, operator_token
 from app.db import database_answers, utcnow
 from app.deps import SessionDep, StoreDep
 from app.errors import AppError, forbidden, unauthorized
 from app.orchestration.models import DagRun, TaskInstance
-from app.problems import register_error_renderer
+from app.problems import ErrorFamily, register_error_family
 
 PREFIX = "/api/v2"
 
@@ -72,13 +73,29 @@ Limit = limit(50)
 
 def _render(*, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None,
             **extra: Any) -> JSONResponse:
-    if type == "validation-error":
-        return JSONResponse({"detail": extra.get("errors", [])}, status_code=422)
+    if status == 422:  # FastAPI's HTTPValidationError, as Airflow 3 answers every 422
+        errors = extra.get("errors") or [{"loc": ["request"], "msg": detail, "type": type.replace("-", "_")}]
+        return JSONResponse({"detail": errors}, status_code=422, headers=headers)
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
-register_error_renderer(PREFIX, _render)
-register_error_renderer("/auth/token/cli", _render)
+def _documented(status: int) -> dict[str, Any]:
+    schema = "HTTPValidationError" if status == 422 else "HTTPExceptionResponse"
+    return {"description": HTTPStatus(status).phrase,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+
+
+# Airflow 3's error body: {"detail": …}.
+HTTP_EXCEPTION_RESPONSE = {
+    "title": "HTTPExceptionResponse", "type": "object", "required": ["detail"],
+    "properties": {"detail": {"title": "Detail", "anyOf": [{"type": "string"}, {"type": "object"}]}},
+}
+AIRFLOW_3 = ErrorFamily(render=_render, documented=_documented, answers=(413, 422, 503),
+                        schemas={"HTTPExceptionResponse": HTTP_EXCEPTION_RESPONSE})
+register_error_family(PREFIX, AIRFLOW_3)
+register_error_family("/auth/token/cli", AIRFLOW_3)  # Airflow's CLI login answers in Airflow 3's shape
+
+
 
 
 # --- mapping ---------------------------------------------------------------------------------
@@ -314,6 +331,5 @@ def cli_login(body: LoginBody, request: Request) -> LoginResponse:
     bearer token. Any Authorization header sent along (a re-login's stale token) is ignored."""
     if not body.username or not body.password:
         raise AppError(400, "bad-request", "Bad request", "Username and password must be provided")
-    if not installation(request).operator.check(body.username, body.password):
-        raise unauthorized("Invalid credentials")
+    check_password(request, body.username, body.password, refusal="Invalid credentials")  # throttled as every login
     return LoginResponse(access_token=operator_token(request, body.username))

@@ -5,9 +5,11 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
+from sqlmodel import Session
 
-from app.auth import tokens
+from app.auth import throttle, tokens
 from app.auth.service import Installation
+from app.db import utcnow
 from app.errors import forbidden, unauthorized
 from app.metrics import agent_legacy_attempt_tokens
 
@@ -20,6 +22,31 @@ BasicDep = Annotated[HTTPBasicCredentials | None, Depends(basic_scheme)]
 
 def installation(request: Request) -> Installation:
     return request.app.state.installation
+
+
+def check_password(request: Request, username: str, password: str, scheme: str = "Bearer",
+                   refusal: str = "Invalid username or password.") -> None:
+    """The one password check of every surface (POST /auth/token, HTTP Basic, the dashboard's
+    login form): 429 with Retry-After while the caller is throttled (app/auth/throttle.py), 401
+    for a wrong password, counted; None for the right one. The counts are written in a
+    transaction of their own: the request's own is rolled back with its 401."""
+    state = request.app.state
+    caller = throttle.Caller(username, request.client.host if request.client else None)
+    now = utcnow()
+    with Session(state.read_engine) as session:
+        standing = throttle.standing(session=session, caller=caller, now=now)
+    if standing.wait_seconds:
+        raise throttle.throttled(standing.wait_seconds)
+    right = installation(request).operator.check(username, password)
+    if not right or standing.username_failures:
+        with Session(state.engine) as session:
+            if right:
+                throttle.succeeded(session=session, caller=caller)
+            else:
+                throttle.failed(session=session, caller=caller, now=now)
+            session.commit()
+    if not right:
+        raise unauthorized(refusal, scheme=scheme)
 
 
 def operator_token(request: Request, username: str) -> str:
@@ -53,9 +80,8 @@ def require_launcher(request: Request, bearer: BearerDep) -> str:
 def require_operator_or_basic(request: Request, bearer: BearerDep, basic: BasicDep) -> str:
     """An operator by bearer token or HTTP Basic (Airflow 2 clients, metric scrapers)."""
     if basic is not None and bearer is None:
-        if installation(request).operator.check(basic.username, basic.password):
-            return basic.username
-        raise unauthorized("Invalid username or password.", scheme='Basic realm="fenceline"')
+        check_password(request, basic.username, basic.password, scheme='Basic realm="fenceline"')
+        return basic.username
     return verified_claims(request, bearer, tokens.OPERATOR_SCOPE)["sub"]
 
 

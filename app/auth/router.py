@@ -8,8 +8,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from app.auth import tokens
-from app.auth.deps import OperatorDep, installation, operator_token
-from app.errors import AppError, unauthorized
+from app.auth.deps import OperatorDep, check_password, installation, operator_token
+from app.errors import AppError
 from app.problems import problems
 from app.schemas import Strict
 
@@ -51,13 +51,13 @@ _LOGIN_SCHEMA = LoginRequest.model_json_schema()
 
 # The document declares the JSON body only: generators mishandle one operation with two body
 # types, and the form is the same two fields.
-@router.post("/auth/token", status_code=201, responses=problems(401, 422), openapi_extra={"requestBody": {
+@router.post("/auth/token", status_code=201, responses=problems(401, 422, 429), openapi_extra={"requestBody": {
     "required": True, "content": {"application/json": {"schema": _LOGIN_SCHEMA}}}})
 def login(request: Request, body: Annotated[LoginRequest, Depends(login_body)]) -> TokenPublic:
     """Exchange the operator's username and password for a bearer token. The same fields are
-    also accepted as an `application/x-www-form-urlencoded` (OAuth2 password flow) form."""
-    if not installation(request).operator.check(body.username, body.password):
-        raise unauthorized("Invalid username or password.")
+    also accepted as an `application/x-www-form-urlencoded` (OAuth2 password flow) form.
+    Failures slow further attempts down: 429 with Retry-After."""
+    check_password(request, body.username, body.password)
     return TokenPublic(access_token=operator_token(request, body.username))
 
 

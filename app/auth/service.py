@@ -91,4 +91,4 @@ def bootstrap(engine: Engine, settings: Settings) -> Installation:
         session.commit()
     keys = {kid: s.get_secret_value() for kid, s in settings.jwt_accepted_keys.items()}
     keys[settings.jwt_kid] = active
-    return Installation(KeyRing(settings.jwt_kid, keys), operator, generated)
+    return Installation(KeyRing(settings.jwt_kid, keys, settings.unscoped_token_grace_seconds), operator, generated)

@@ -4,8 +4,12 @@ imports jwt, and the only one that decides what a token claims.
 Kinds, by `scope`: operator (an operator's login), launcher (admits and updates executions),
 worker (one execution claims work), attempt (one attempt's agent writes) and log-cursor (a
 position in one try's log). Tokens are HS256 with a `kid` header naming the key; several keys
-may be accepted at once so that the signing key can rotate. Verification pins the algorithm (no
-`alg: none`, no algorithm confusion), requires the standard claims and checks the scope.
+may be accepted at once so that the signing key can rotate. Every token names its issuer and
+its kind's own audience (`iss`, `aud`). Verification pins the algorithm (no `alg: none`, no
+algorithm confusion), requires the standard claims, the issuer, an audience that matches the
+scope and `nbf` (with a small leeway for clocks), and checks the scope. A token minted before
+tokens named their audience is accepted for the key ring's grace period from its `iat`, and
+counted; after it, it is refused like any invalid token.
 """
 
 import secrets
@@ -17,10 +21,24 @@ from typing import Any, Protocol
 import jwt
 
 from app.execution.key import AttemptKey
+from app.metrics import tokens_without_audience
 
 ALGORITHM = "HS256"
+ISSUER = "fenceline"
+LEEWAY_SECONDS = 30  # clock skew between replicas and agents, for exp, nbf and iat
 OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE = "operator", "launcher", "worker"
+ATTEMPT_SCOPE, CURSOR_SCOPE = "attempt", "log-cursor"
 REQUIRED_CLAIMS = ["sub", "scope", "iat", "exp", "jti"]
+SCOPED_CLAIMS = [*REQUIRED_CLAIMS, "iss", "aud", "nbf"]
+UNSCOPED_GRACE_SECONDS = 7 * 24 * 3600
+
+
+def audience(scope: str) -> str:
+    """The audience of one token kind: a token of one kind is never taken for another."""
+    return f"fenceline:{scope}"
+
+
+AUDIENCES = [audience(s) for s in (OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE, ATTEMPT_SCOPE, CURSOR_SCOPE)]
 
 
 class InvalidToken(Exception):
@@ -37,8 +55,12 @@ class WrongScope(Exception):
 
 @dataclass(frozen=True)
 class KeyRing:
+    """The keys this installation signs and verifies with, and how long a token minted before
+    tokens named their audience is still accepted (counted from its iat)."""
+
     active_kid: str
     keys: dict[str, str] = field(default_factory=dict)
+    unscoped_grace_seconds: int = UNSCOPED_GRACE_SECONDS
 
     @property
     def active_key(self) -> str:
@@ -50,10 +72,16 @@ def new_secret() -> str:
 
 
 def mint(keyring: KeyRing, claims: dict[str, Any], *, ttl_seconds: int, now: int | None = None) -> str:
-    """Sign `claims` with the active key; adds iat, exp and jti unless given. The signer under
-    every kind below: the rest of the application mints through those."""
+    """Sign `claims` (which name their `scope`) with the active key; adds iat, nbf, exp, jti,
+    the issuer and the scope's audience unless given. The signer under every kind below: the
+    rest of the application mints through those."""
     issued = int(time.time()) if now is None else now
-    body = {"iat": issued, "exp": issued + ttl_seconds, "jti": uuid.uuid4().hex, **claims}
+    body = {"iat": issued, "nbf": issued, "exp": issued + ttl_seconds, "jti": uuid.uuid4().hex, "iss": ISSUER,
+            "aud": audience(claims["scope"]), **claims}
+    return _sign(keyring, body)
+
+
+def _sign(keyring: KeyRing, body: dict[str, Any]) -> str:
     return jwt.encode(body, keyring.active_key, algorithm=ALGORITHM, headers={"kid": keyring.active_kid})
 
 
@@ -66,16 +94,37 @@ def decode(keyring: KeyRing, token: str, *, scopes: tuple[str, ...]) -> dict[str
     kid = header.get("kid")
     if header.get("alg") != ALGORITHM or not isinstance(kid, str) or kid not in keyring.keys:
         raise InvalidToken("unknown key or algorithm")
+    key = keyring.keys[kid]
     try:
-        claims = jwt.decode(
-            token, keyring.keys[kid], algorithms=[ALGORITHM], options={"require": REQUIRED_CLAIMS}
-        )
+        try:
+            claims = jwt.decode(token, key, algorithms=[ALGORITHM], issuer=ISSUER, audience=AUDIENCES,
+                                leeway=LEEWAY_SECONDS, options={"require": SCOPED_CLAIMS})
+        except jwt.MissingRequiredClaimError as exc:
+            if exc.claim not in ("iss", "aud", "nbf"):
+                raise
+            claims = _unscoped(keyring, token, key)
     except jwt.ExpiredSignatureError as exc:
         raise ExpiredToken("token expired") from exc
     except jwt.PyJWTError as exc:
         raise InvalidToken("invalid token") from exc
-    if claims.get("scope") not in scopes:
-        raise WrongScope(f"a {claims.get('scope')!r} token cannot call this endpoint")
+    scope = claims.get("scope")
+    if scope not in scopes:
+        raise WrongScope(f"a {scope!r} token cannot call this endpoint")
+    if "aud" in claims and claims["aud"] != audience(scope):
+        raise InvalidToken("the token's audience is not its kind's")
+    return claims
+
+
+def _unscoped(keyring: KeyRing, token: str, key: str) -> dict[str, Any]:
+    """The claims of a token minted before tokens named their issuer and audience: accepted,
+    and counted, within the grace period from its iat; InvalidToken after it."""
+    claims = jwt.decode(token, key, algorithms=[ALGORITHM], leeway=LEEWAY_SECONDS,
+                        options={"require": REQUIRED_CLAIMS, "verify_aud": False})
+    if "iss" in claims or "aud" in claims:
+        raise InvalidToken("the token names an issuer or an audience, not both")
+    if not isinstance(claims["iat"], int) or claims["iat"] + keyring.unscoped_grace_seconds <= time.time():
+        raise InvalidToken("a token without issuer and audience is no longer accepted")
+    tokens_without_audience.labels(kind=str(claims.get("scope"))).inc()
     return claims
 
 
@@ -96,7 +145,6 @@ def mint_worker(keyring: KeyRing, execution_id: uuid.UUID, seat: str, *, ttl_sec
 
 # --- attempt tokens (contract section 3) -------------------------------------------------
 
-ATTEMPT_SCOPE = "attempt"
 _ATTEMPT_TYPES: dict[str, type | tuple[type, ...]] = {
     "dag_id": str, "run_id": str, "task_id": str, "map_index": int, "try_number": int,
     "execution_id": str, "orig_iat": int,
@@ -170,19 +218,19 @@ def mint_attempt(keyring: KeyRing, ti: ClaimedTaskInstance, execution_id: uuid.U
 
 def renew_attempt(keyring: KeyRing, token: AttemptClaims, *, ttl_seconds: int, max_lifetime_seconds: int) -> str:
     """The same claims verbatim — attempt_epoch absent, 0 or N alike, orig_iat kept — with a
-    new iat, exp and jti. Never past orig_iat + max_lifetime_seconds (InvalidToken beyond it)."""
+    new iat, exp and jti, and the current issuer and audience (`nbf` kept, or set for a token
+    minted before it had one). Never past orig_iat + max_lifetime_seconds (InvalidToken beyond it)."""
     now = int(time.time())
     ceiling = token.orig_iat + max_lifetime_seconds
     if now >= ceiling:
         raise InvalidToken("the attempt credential's maximum lifetime has passed")
     kept = {k: v for k, v in token.claims.items() if k not in ("iat", "exp", "jti")}
-    body = {**kept, "iat": now, "exp": min(now + ttl_seconds, ceiling), "jti": uuid.uuid4().hex}
-    return jwt.encode(body, keyring.active_key, algorithm=ALGORITHM, headers={"kid": keyring.active_kid})
+    return _sign(keyring, {"nbf": now, **kept, "iat": now, "exp": min(now + ttl_seconds, ceiling),
+                           "jti": uuid.uuid4().hex, "iss": ISSUER, "aud": audience(ATTEMPT_SCOPE)})
 
 
 # --- log continuation cursors -------------------------------------------------------------
 
-CURSOR_SCOPE = "log-cursor"
 CURSOR_TTL_SECONDS = 7 * 24 * 3600
 
 

@@ -2,8 +2,8 @@
 
 Settling or moving writes (running, an outcome, a hand-back) name an AttemptKey — from a
 token, where a claim-less token settles only epoch 0, or from an observation — and match it
-exactly. Heartbeats, the liveness read and renewal take the token itself: they match
-try_number, and attempt_epoch only when the token carries it. A write that does not match
+exactly. Heartbeats, log appends, the liveness read and renewal take the token itself: they
+match try_number, and attempt_epoch only when the token carries it. A write that does not match
 gets 409 stale-report with should_terminate and changes nothing.
 """
 
@@ -63,6 +63,15 @@ def live_attempt(session: Session, token: AttemptClaims) -> TaskInstance:
     """The task instance if the token's attempt is in flight under the relaxed rule."""
     ti = _read(session, token.ti_id)
     if ti is None or not relaxed_match(token, ti) or ti.state not in s.IN_FLIGHT:
+        raise _stale(token, ti)
+    return ti
+
+
+def current_attempt(session: Session, token: AttemptClaims) -> TaskInstance:
+    """The task instance if the token's attempt is still its current one under the relaxed
+    rule, finished or not (a log append may flush the last lines after the outcome)."""
+    ti = _read(session, token.ti_id)
+    if ti is None or not relaxed_match(token, ti):
         raise _stale(token, ti)
     return ti
 

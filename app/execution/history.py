@@ -1,5 +1,7 @@
 """A try with its epochs: the one place that reads a task instance's tries, the attempt records
-of each, and the executions that ran them (for the Airflow routes, the dashboard and the log).
+of each, and the executions that ran them (for the Airflow routes, the dashboard and the log);
+and the attempt records read across a run, across seats and across time (the dashboard's
+timeline, fleet and charts).
 
 A finished try's try-level fields come from its archived history row, the current try's from
 the task instance itself, so no try appears twice.
@@ -7,8 +9,9 @@ the task instance itself, so no try appears twice.
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import BigInteger, and_, case, cast, extract, func, or_, select, tuple_
 from sqlmodel import Session
 
 from app.execution.models import TaskAttempt
@@ -76,3 +79,57 @@ def runners(session: Session, epochs: list[TaskAttempt]) -> dict[uuid.UUID, Exec
         return {}
     found = session.execute(select(Execution).where(Execution.execution_id.in_(ids))).scalars()
     return {e.execution_id: e for e in found}
+
+
+def run_attempts(session: Session, dag_run_id: uuid.UUID) -> list[TaskAttempt]:
+    """Every attempt record of the run's task instances, by task instance, try and epoch."""
+    return list(session.execute(
+        select(TaskAttempt).join(TaskInstance, TaskInstance.id == TaskAttempt.task_instance_id)
+        .where(TaskInstance.dag_run_id == dag_run_id)
+        .order_by(TaskAttempt.task_instance_id, TaskAttempt.try_number, TaskAttempt.attempt_epoch)
+    ).scalars())
+
+
+@dataclass(frozen=True)
+class SeatActivity:
+    """What one seat's executions hold now and did lately."""
+
+    in_flight: int = 0  # task instances queued or running on any of its executions
+    on_superseded: int = 0  # of those, held by a superseded execution (the worker-lost reaper re-places them)
+    last_heartbeat_at: datetime | None = None  # the latest among them
+    claimed: int = 0  # attempts claimed since the moment asked for
+    settled: int = 0  # attempts ended by an outcome since then
+    infra: int = 0  # of those, ended by an infrastructure fault (re-placed unless the budget was spent)
+
+
+def seat_activity(session: Session, since: datetime) -> dict[str, SeatActivity]:
+    """Each seat's SeatActivity (the attempt counts since `since`), by seat; a seat with
+    nothing in flight and no attempt since then is absent. Two grouped queries."""
+    held = {seat: (n, stale, beat) for seat, n, stale, beat in session.execute(
+        select(Execution.seat, func.count(), func.count(Execution.superseded_by),
+               func.max(TaskInstance.last_heartbeat_at))
+        .join(Execution, Execution.execution_id == TaskInstance.execution_id)
+        .where(TaskInstance.state.in_(s.IN_FLIGHT))
+        .group_by(Execution.seat))}
+    ended = and_(TaskAttempt.ended_at >= since, TaskAttempt.outcome_kind.is_not(None))
+    recent = {seat: (claimed, settled, infra) for seat, claimed, settled, infra in session.execute(
+        select(Execution.seat, func.count(case((TaskAttempt.claimed_at >= since, 1))), func.count(case((ended, 1))),
+               func.count(case((and_(ended, TaskAttempt.outcome_kind == "infra"), 1))))
+        .join(Execution, Execution.execution_id == TaskAttempt.execution_id)
+        .where(or_(TaskAttempt.claimed_at >= since, TaskAttempt.ended_at >= since))
+        .group_by(Execution.seat))}
+    return {seat: SeatActivity(*held.get(seat, (0, 0, None)), *recent.get(seat, (0, 0, 0)))
+            for seat in held.keys() | recent.keys()}
+
+
+def outcomes_per_minute(session: Session, since: datetime, kinds: tuple[str, ...]) -> list[tuple[int, str, int]]:
+    """How many attempts ended with each of `kinds` in each whole minute from `since` on:
+    (minute, kind, count) rows, minute 0 beginning at `since`. Counted by the database, in
+    whole seconds (EXTRACT(EPOCH …) on both databases), so only the counts travel."""
+    start = int(since.timestamp())
+    ended = (select(((cast(extract("epoch", TaskAttempt.ended_at), BigInteger) - start) // 60).label("minute"),
+                    TaskAttempt.outcome_kind.label("kind"))
+             .where(TaskAttempt.ended_at >= since, TaskAttempt.outcome_kind.in_(kinds))
+             .subquery())
+    return [(int(minute), kind, n) for minute, kind, n in session.execute(
+        select(ended.c.minute, ended.c.kind, func.count()).group_by(ended.c.minute, ended.c.kind))]

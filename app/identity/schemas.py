@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator
 
 from app.identity.models import Execution, Seat
-from app.schemas import Strict
+from app.schemas import FreeForm, Strict
 
 SeatName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")]
 RuntimeBackend = Literal["local", "kubernetes"]
@@ -45,7 +45,7 @@ class SeatRecord(Strict):
 
 class SeatPut(SeatRecord):
     runtime_backend: RuntimeBackend = "local"
-    runtime_target: dict[str, Any] | None = None
+    runtime_target: FreeForm | None = None
 
 
 class AdmissionRequest(SeatRecord):
@@ -90,7 +90,7 @@ class ExecutionPatch(Strict):
     generation: int | None = None
     previous_execution_id: uuid.UUID | None = None
     runtime_backend: RuntimeBackend | None = None
-    runtime_target: dict[str, Any] | None = None
+    runtime_target: FreeForm | None = None
 
 
 class ResumeWrite(Strict):

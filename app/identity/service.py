@@ -48,16 +48,17 @@ def _fingerprint(seat: str, request: AdmissionRequest) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def _replay(session: Session, seat: str, key: str | None, fingerprint: str) -> Execution | None:
-    """The execution an earlier request with this Idempotency-Key created, if any."""
+def _replay(session: Session, seat: str, key: str | None, fingerprint: str, swarm: str) -> Execution | None:
+    """The execution an earlier request with this Idempotency-Key created, if any; a counted
+    409 idempotency-key-reused when that request was a different one."""
     if key is None:
         return None
     found = session.execute(
         select(Execution).where(Execution.seat == seat, Execution.idempotency_key == key)
     ).scalars().first()
     if found is not None and found.request_fingerprint != fingerprint:
-        raise conflict(
-            "idempotency-key-reused", "Idempotency key reused",
+        raise refusal(
+            swarm, "idempotency-key-reused", "Idempotency key reused",
             "This Idempotency-Key was used for a different admission request.",
         )
     return found
@@ -94,7 +95,7 @@ def admit(
     gets the execution it created back.
     """
     fingerprint = _fingerprint(seat, request)
-    if (replayed := _replay(session, seat, idempotency_key, fingerprint)) is not None:
+    if (replayed := _replay(session, seat, idempotency_key, fingerprint, request.swarm)) is not None:
         return replayed, False
     now = utcnow()
     execution_id = uuid.uuid4()
@@ -112,7 +113,7 @@ def admit(
             .returning(Execution.generation)
         ).scalar_one_or_none()
         if predecessor_generation is None:
-            if (replayed := _replay(session, seat, idempotency_key, fingerprint)) is not None:
+            if (replayed := _replay(session, seat, idempotency_key, fingerprint, request.swarm)) is not None:
                 return replayed, False
             raise _stale_predecessor(session, seat, request)
         generation = predecessor_generation + 1
@@ -132,7 +133,7 @@ def admit(
             session.add(execution)
     except IntegrityError:
         # A concurrent admission took this generation (or this key, or this pod UID).
-        if (replayed := _replay(session, seat, idempotency_key, fingerprint)) is not None:
+        if (replayed := _replay(session, seat, idempotency_key, fingerprint, request.swarm)) is not None:
             return replayed, False
         if target.get("pod_uid") and (err := _pod_uid_reused(session, request.swarm, target["pod_uid"], execution_id)):
             raise err from None

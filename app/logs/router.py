@@ -3,7 +3,7 @@
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -17,14 +17,6 @@ from app.schemas import Strict
 router = APIRouter(tags=["logs"], responses=problems(401, 403, 422))
 
 
-def limit_request_size(request: Request) -> None:
-    """Refuse an oversized append before its body is read."""
-    limit = request.app.state.settings.log_max_request_bytes
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > 2 * limit + 1024:
-        raise AppError(413, "payload-too-large", "Payload too large", f"An append carries at most {limit} bytes.")
-
-
 class LogAppend(Strict):
     allow_nul = True  # task output may hold NUL bytes; the log store keeps them
     offset: Annotated[int, Field(ge=0, description="The byte length the agent believes is already stored.")]
@@ -35,7 +27,8 @@ class LogAppended(BaseModel):
     size: int
 
 
-@router.post("/v1/attempts/logs", responses=problems(404, 409, 413), dependencies=[Depends(limit_request_size)])
+# The body as a whole is bounded before it is read (app/ingress.py); its content, here.
+@router.post("/v1/attempts/logs", responses=problems(404, 409, 413, 503, 507))
 def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: Request,
                token: AttemptDep) -> LogAppended:
     """Append to this attempt's own log stream; idempotent under retry (same offset, same bytes)."""

@@ -7,6 +7,7 @@ being assembled in memory: every segment but the last is immutable, because a su
 epoch can no longer append.
 """
 
+import errno
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,10 +17,11 @@ from sqlmodel import Session
 from app.auth.tokens import AttemptClaims
 from app.errors import AppError, not_found
 from app.execution import history
-from app.execution.fence import settled_by, stale_report
+from app.execution.fence import current_attempt
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution
 from app.logs.store import LogConflict, LogGap, LogStore
+from app.metrics import log_store_errors
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.runs import get_task_instance
@@ -35,20 +37,23 @@ def log_key(ti: TaskInstance, try_number: int, epoch: int) -> str:
 def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: int, content: str,
            max_attempt_bytes: int) -> int:
     """Append to the token's own attempt stream; answers the stored size. The attempt must still
-    be the task instance's current one (settle rule), finished or not: a superseded attempt's
-    append is refused like any stale write. 409 log-offset-gap past the end; 413 past the
-    per-attempt limit."""
-    ti = session.get(TaskInstance, token.ti_id)
-    if ti is None or not settled_by(token.key, ti):
-        raise stale_report(token.key, ti)
-    key = log_key(ti, ti.try_number, ti.attempt_epoch)
+    be the task instance's current one under the relaxed rule (contract 2.5), finished or not:
+    a superseded attempt's append is refused like any stale write, and a claim-less token
+    appends to its try's legacy stream (`{try}.log`, served first). 409 log-offset-gap past the
+    end; 413 past the per-attempt limit."""
+    ti = current_attempt(session, token)
+    key = log_key(ti, token.try_number, token.attempt_epoch or 0)
     data = content.encode()
-    stored = store.size(key) or 0
-    if max(stored, offset + len(data)) > max_attempt_bytes:
-        raise AppError(413, "log-too-large", "Log too large",
-                       f"This attempt's log would exceed {max_attempt_bytes} bytes.", stored_size=stored)
     try:
+        stored = store.size(key) or 0
+        if max(stored, offset + len(data)) > max_attempt_bytes:
+            raise AppError(413, "log-too-large", "Log too large",
+                           f"This attempt's log would exceed {max_attempt_bytes} bytes.", stored_size=stored)
         return store.append(key, offset, data)
+    except OSError as exc:
+        if (fault := store_fault(exc)) is None:
+            raise
+        raise fault from exc
     except LogGap as gap:
         raise AppError(409, "log-offset-gap", "Log offset gap",
                        f"offset {offset} is past the stored end {gap.stored}; resend from there.",
@@ -57,6 +62,27 @@ def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: i
         raise AppError(409, "log-offset-conflict", "Log offset conflict",
                        f"The bytes from offset {offset} differ from those already stored; nothing was written.",
                        stored_size=clash.stored) from None
+
+
+# What the store's file system says, and what the client hears: a full one is the operator's
+# to free (507), an unwritable one may come back (503); any other error is a bug to see.
+_FULL = {errno.ENOSPC, errno.EDQUOT}
+_UNAVAILABLE = {errno.EROFS, errno.EIO}
+
+
+def store_fault(exc: OSError) -> AppError | None:
+    """The refusal of an append the log store could not write (nothing was recorded), counted
+    in fenceline_log_store_errors_total{reason}; None when `exc` is no storage fault."""
+    if exc.errno not in _FULL | _UNAVAILABLE:
+        return None
+    log_store_errors.labels(reason=errno.errorcode[exc.errno].lower()).inc()
+    if exc.errno in _FULL:
+        return AppError(507, "log-store-full", "Log store full",
+                        "The log store's file system is full; nothing was written. Retry once space is freed.")
+    error = AppError(503, "log-store-unavailable", "Log store unavailable",
+                     f"The log store cannot write ({exc.strerror}); nothing was written. Retry later.")
+    error.headers = {"Retry-After": "5"}
+    return error
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,18 @@ def _safe(key: str) -> str:
     return key
 
 
+def _undo(fd: int, size: int, created: Path | None) -> None:
+    """Put a stream back as it was before a failed append (best effort: the file system that
+    failed the write may fail this too, and the first error is the one to report)."""
+    try:
+        if created is not None:
+            created.unlink(missing_ok=True)
+        else:
+            os.ftruncate(fd, size)
+    except OSError:
+        pass
+
+
 class FileLogStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -66,10 +78,14 @@ class FileLogStore:
             return None
 
     def append(self, key: str, offset: int, data: bytes) -> int:
+        """An OSError (a full or read-only file system, an I/O error) leaves the stream as it
+        was: a partly written chunk is cut off again, and a stream this append created is
+        removed."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         created = not path.exists()
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        stored = 0
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             stored = os.fstat(fd).st_size
@@ -84,14 +100,16 @@ class FileLogStore:
                 while view:
                     view = view[os.write(fd, view):]
                 os.fsync(fd)
-                stored += len(fresh)
             if created:  # the new file's directory entry must survive a crash too
                 dir_fd = os.open(path.parent, os.O_RDONLY)
                 try:
                     os.fsync(dir_fd)
                 finally:
                     os.close(dir_fd)
-            return stored
+            return stored + len(fresh)
+        except OSError:
+            _undo(fd, stored, path if created else None)
+            raise
         finally:
             os.close(fd)  # closing releases the lock
 

@@ -52,6 +52,9 @@ class Backoff:
 
 # What a new execution attempt starts without: the previous one's worker and start.
 NEW_EXECUTION = {"execution_id": None, "user_code_started": False, "started_at": None}
+# What a cleared try, or one marked success, shows of failures: none (the archived tries and
+# the attempt records keep the history).
+NO_FAILURE = {"last_failure_kind": None, "last_failure_reason": None}
 
 
 def from_sources(rail: Rail) -> ColumnElement[bool]:
@@ -197,7 +200,7 @@ def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR,
     next_try = ti.try_number if ti.state == s.UPSTREAM_FAILED else ti.try_number + 1
     cleared = cas(
         session, ti, rail, now, try_number=next_try, max_tries=next_try - 1 + ti.retries,
-        infra_attempts=0, next_eligible_at=None, queued_at=None, ended_at=None, **NEW_EXECUTION,
+        infra_attempts=0, next_eligible_at=None, queued_at=None, ended_at=None, **NO_FAILURE, **NEW_EXECUTION,
     )
     if cleared is None:
         return None
@@ -207,13 +210,17 @@ def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR,
 
 def mark(*, session: Session, ti: TaskInstance, state: s.State, now: datetime | None = None) -> TaskInstance | None:
     """An operator's verdict: -> success or failed, new epoch (any in-flight worker is told to
-    terminate), try archived."""
+    terminate), try archived. Success shows no failure; failed records an application failure
+    with reason `marked_failed`."""
     now = now or utcnow()
     if ti.state == state:
         return ti
     lock_run(session, ti.dag_run_id)
-    rail = s.MARK_SUCCESS if state == s.SUCCESS else s.MARK_FAILED
-    marked = cas(session, ti, rail, now, ended_at=now, next_eligible_at=None)
+    if state == s.SUCCESS:
+        rail, failure = s.MARK_SUCCESS, NO_FAILURE
+    else:
+        rail, failure = s.MARK_FAILED, {"last_failure_kind": "app", "last_failure_reason": "marked_failed"}
+    marked = cas(session, ti, rail, now, ended_at=now, next_eligible_at=None, **failure)
     return _settled(session, marked, state, now)
 
 

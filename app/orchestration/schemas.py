@@ -7,12 +7,21 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from app.orchestration.models import DagRun, TaskInstance
-from app.schemas import Strict
+from app.schemas import FreeForm, Strict
 
 # Identifiers become log path segments: never "." or "..", so none may start with a dot.
 Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,249}$")]
 # Airflow's run ids carry timestamps (manual__2026-11-30T00:00:00+00:00).
 RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_~:+\-][A-Za-z0-9_.~:+\-]{0,249}$")]
+
+
+# Contract 2.4: the infra budget counts re-places as Airflow's `retries` counts retries.
+MAX_INFRA_ATTEMPTS = (
+    "How many times an infrastructure fault (evicted, oom_killed, node_lost, ...) is re-placed on the "
+    "same try: a fault is re-placed while infra_attempts is below max_infra_attempts, and the fault after "
+    "the last re-place ends the task instance in infra_failed (with 3, the fourth fault is terminal). "
+    "A new try starts with a fresh budget."
+)
 
 
 class Resources(Strict):
@@ -44,7 +53,7 @@ class TaskCreate(Strict):
     payload: Payload
     retries: Annotated[int, Field(ge=0, le=1000)] = 0
     retry_delay: Annotated[float, Field(ge=0, le=7 * 86400)] = 300.0
-    max_infra_attempts: Annotated[int, Field(ge=0, le=1000)] = 3
+    max_infra_attempts: Annotated[int, Field(ge=0, le=1000, description=MAX_INFRA_ATTEMPTS)] = 3
     upstream: list[Ident] = []
     idempotent: bool = True
 
@@ -54,7 +63,7 @@ class RunCreate(Strict):
     run_id: RunId | None = None
     tenant_id: Annotated[str, StringConstraints(max_length=250)] | None = None
     trace_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9\-]{1,64}$")] | None = None
-    conf: dict[str, Any] = {}
+    conf: FreeForm = {}
     tasks: Annotated[list[TaskCreate], Field(min_length=1, max_length=10_000)]
 
     @model_validator(mode="after")
@@ -86,7 +95,7 @@ class TaskInstancePublic(BaseModel):
     max_tries: int
     attempt_epoch: int
     infra_attempts: int
-    max_infra_attempts: int
+    max_infra_attempts: int = Field(description=MAX_INFRA_ATTEMPTS)
     last_failure_kind: Literal["app", "infra"] | None
     last_failure_reason: str | None
     execution_id: uuid.UUID | None

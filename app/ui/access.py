@@ -25,11 +25,12 @@ COOKIE_PATH = "/ui"
 LOGIN_PATH = "/ui/login"
 HOME_PATH = "/ui/runs"
 
-# Pages render only escaped text and one same-origin stylesheet: no script may run, no other
-# site may frame them, and nothing authenticated is cached.
+# Pages render only escaped text, one same-origin stylesheet and, on a live log, one
+# same-origin script that reads a same-origin /ui endpoint (docs/decisions/0004): no inline
+# script or style runs, no other site may frame them, and nothing authenticated is cached.
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
-                               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; "
+                               "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "same-origin",

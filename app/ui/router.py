@@ -7,7 +7,7 @@ Templates autoescape everything; pages refresh themselves while something is sti
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Form, Query, Request
@@ -15,15 +15,19 @@ from fastapi.responses import FileResponse, RedirectResponse, Response, Streamin
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
-from app.auth.deps import installation, operator_token
+from app.auth.deps import check_password, operator_token
+from app.db import utcnow
 from app.deps import SessionDep, StoreDep
+from app.errors import AppError
 from app.logs import service as logs
 from app.orchestration import states as s
-from app.ui import access, views
+from app.ui import access, graph, timeline, views
 from app.ui.access import UiOperatorDep
 
 HERE = Path(__file__).parent
 REFRESH_SECONDS = 5
+# What /ui/static serves, open without a login like the login form that needs it.
+STATIC = {"ui.css": "text/css", "tail.js": "text/javascript"}
 
 
 def _ts(value: datetime | None) -> str:
@@ -42,6 +46,14 @@ def _segment(value: Any) -> str:
     return quote(str(value), safe="")
 
 
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = max(0.0, seconds)
+    return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}min ago" if seconds < 7200 else \
+        f"{seconds / 3600:.1f}h ago"
+
+
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -51,9 +63,10 @@ def _size(n: int) -> str:
 
 
 env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
-env.filters.update(ts=_ts, seg=_segment, size=_size, short=lambda v: str(v)[:8] if v else "—")
-env.globals.update(duration=_duration, is_system_line=views.is_system_line, FINISHED=s.FINISHED,
-                   IN_FLIGHT=s.IN_FLIGHT, tail_kib=views.LOG_TAIL_BYTES // 1024)
+env.filters.update(ts=_ts, seg=_segment, size=_size, age=_age, short=lambda v: str(v)[:8] if v else "—")
+env.globals.update(duration=_duration, FINISHED=s.FINISHED, IN_FLIGHT=s.IN_FLIGHT,
+                   tail_kib=views.LOG_TAIL_BYTES // 1024, KIND_TEXT=timeline.KIND_TEXT,
+                   G=graph, T=timeline, refresh_seconds=REFRESH_SECONDS)  # the layouts' sizes
 templates = Jinja2Templates(env=env)
 
 
@@ -76,9 +89,11 @@ def home() -> RedirectResponse:
     return RedirectResponse(access.HOME_PATH, status_code=303)
 
 
-@router.get("/static/ui.css")
-def stylesheet() -> FileResponse:
-    return FileResponse(HERE / "static" / "ui.css", media_type="text/css", headers={"Cache-Control": "max-age=300"})
+@router.get("/static/{name}")
+def static(request: Request, name: str) -> Response:
+    if name not in STATIC:
+        return error_page(request, 404, "Not found", "No such page.")
+    return FileResponse(HERE / "static" / name, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
 
 
 # --- login ----------------------------------------------------------------------------------
@@ -94,9 +109,13 @@ def login_form(request: Request, next: str | None = None) -> Response:
 def login(request: Request, username: Annotated[str, Form()] = "", password: Annotated[str, Form()] = "",
           next: Annotated[str, Form()] = "") -> Response:
     """Check the operator's credentials as POST /auth/token does; set the session cookie."""
-    if not installation(request).operator.check(username, password):
-        return page(request, "login.html", status_code=400, operator=None, next=access.safe_next(next),
-                    error="Invalid username or password.", username=username)
+    try:
+        check_password(request, username, password)
+    except AppError as refusal:
+        again = page(request, "login.html", status_code=400 if refusal.status == 401 else refusal.status,
+                     operator=None, next=access.safe_next(next), error=refusal.detail, username=username)
+        again.headers.update(refusal.headers)
+        return again
     response = RedirectResponse(access.safe_next(next), status_code=303)
     access.set_session_cookie(response, request, operator_token(request, username))
     return response
@@ -117,16 +136,24 @@ def runs_list(request: Request, session: SessionDep, operator: UiOperatorDep, da
               offset: Annotated[int, Query(ge=0)] = 0) -> Response:
     rows, total = views.run_rows(session=session, offset=offset, dag_id=dag_id)
     return page(request, "runs.html", operator=operator, refresh=any(r.run.state == "running" for r in rows),
-                rows=rows, total=total, offset=offset, per_page=views.RUNS_PER_PAGE, dag_id=dag_id)
+                rows=rows, total=total, offset=offset, per_page=views.RUNS_PER_PAGE, dag_id=dag_id,
+                charts=views.outcome_charts(session=session, now=utcnow()))
 
 
 # run_id as a path parameter: a decoded %2F must still reach the route (dag_id is an Ident).
 @router.get("/runs/{dag_id}/{run_id:path}")
-def run_detail(request: Request, dag_id: str, run_id: str, session: SessionDep, operator: UiOperatorDep) -> Response:
+def run_detail(request: Request, dag_id: str, run_id: str, session: SessionDep, operator: UiOperatorDep,
+               view: Literal["grid", "graph", "timeline"] = "grid") -> Response:
+    """The run as a task grid, a graph or an epoch timeline (?view=)."""
     run, tis = views.run_page(session=session, dag_id=dag_id, run_id=run_id)
     counts = {state: sum(1 for ti in tis if ti.state == state) for state in s.ALL}
+    shown: dict[str, Any] = {}
+    if view == "graph":
+        shown["graph"] = views.run_graph(tis)
+    elif view == "timeline":
+        shown["tl"] = views.run_timeline(session=session, run=run, tis=tis, now=utcnow())
     return page(request, "run.html", operator=operator, refresh=run.state == "running", run=run, tis=tis,
-                counts={k: v for k, v in counts.items() if v})
+                counts={k: v for k, v in counts.items() if v}, view=view, **shown)
 
 
 @router.get("/task-instances/{ti_id}")
@@ -140,7 +167,14 @@ def task_instance(request: Request, ti_id: uuid.UUID, session: SessionDep, opera
 def try_log(request: Request, ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
             operator: UiOperatorDep) -> Response:
     view = views.log_page(session=session, store=store, ti_id=ti_id, try_number=try_number)
-    return page(request, "log.html", operator=operator, refresh=not view.log.finished, view=view, ti=view.ti)
+    return page(request, "log.html", operator=operator, view=view, ti=view.ti)
+
+
+@router.get("/task-instances/{ti_id}/tries/{try_number}/log/tail")
+def try_log_tail(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep, _: UiOperatorDep,
+                 offset: Annotated[int, Query(ge=0)]) -> dict[str, Any]:
+    """The live tail's source (static/tail.js): the whole lines from byte `offset` on."""
+    return views.log_tail(session=session, store=store, ti_id=ti_id, try_number=try_number, offset=offset)
 
 
 @router.get("/task-instances/{ti_id}/tries/{try_number}/log.txt")
@@ -153,9 +187,11 @@ def try_log_text(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: 
 
 @router.get("/seats")
 def seats(request: Request, session: SessionDep, operator: UiOperatorDep) -> Response:
-    occupants = views.occupants_page(session=session)
-    live = any(e.observation is None or not e.observation.terminal for e in occupants)
-    return page(request, "seats.html", operator=operator, refresh=live, occupants=occupants)
+    """The fleet: every seat with its current execution and what its attempts are doing."""
+    rows = views.fleet_page(session=session, now=utcnow())
+    live = any(r.execution.observation is None or not r.execution.observation.terminal for r in rows)
+    return page(request, "seats.html", operator=operator, refresh=live, rows=rows,
+                stale_after=request.app.state.settings.agent_lost_after_seconds)
 
 
 @router.get("/seats/{seat}")

@@ -7,6 +7,8 @@ calls, and only arranges their answers for a page.
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlmodel import Session
 
@@ -20,17 +22,11 @@ from app.logs.store import LogStore
 from app.orchestration import runs
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
-from app.orchestration.states import AttemptState
+from app.ui import charts, graph, tail, timeline
 
 RUNS_PER_PAGE = 50
-LOG_TAIL_BYTES = 64 * 1024
-
-OUTCOME_TEXT = {
-    "success": "succeeded",
-    "app": "application failure (spends the try)",
-    "infra": "infrastructure fault (re-placed, same try)",
-    "rescheduled": "rescheduled (sensor deferral, same try)",
-}
+LOG_TAIL_BYTES = tail.READ_BYTES
+FLEET_WINDOW = timedelta(hours=1)
 
 
 @dataclass
@@ -59,15 +55,7 @@ class Epoch:
 
     @property
     def ended_why(self) -> str:
-        a = self.attempt
-        if a.outcome_kind is not None:
-            text = OUTCOME_TEXT.get(a.outcome_kind, a.outcome_kind)
-            return f"{text}: {a.reason}" if a.reason else text
-        if a.state == AttemptState.RELEASED:
-            return "handed back before user code started (no budget spent)"
-        if self.current:
-            return "in flight"
-        return "superseded without an outcome (cleared, marked or requeued)"
+        return timeline.describe(self.attempt, self.current)
 
 
 @dataclass
@@ -101,8 +89,7 @@ class LogView:
     ti: TaskInstance
     try_number: int
     log: logs.TryLog
-    start: int  # the first byte shown
-    lines: list[str]
+    tail: tail.Tail  # the last LOG_TAIL_BYTES, from a line start
 
     @property
     def headers(self) -> list[str]:
@@ -110,18 +97,63 @@ class LogView:
 
 
 def log_page(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: int) -> LogView:
-    """The last LOG_TAIL_BYTES of a try's log, cut at a line start; only that tail is read."""
+    """The end of a try's log in whole lines; only that end is read."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
     log = logs.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
-    start = max(0, log.size - LOG_TAIL_BYTES)
-    data = b"".join(logs.read(store, log, start))
-    if start and (newline := data.find(b"\n")) >= 0:  # drop the partial first line
-        start, data = start + newline + 1, data[newline + 1:]
-    return LogView(ti, try_number, log, start, data.decode(errors="replace").splitlines())
+    return LogView(ti, try_number, log, tail.read_lines(store, log, None))
 
 
-def is_system_line(line: str) -> bool:
-    return line.startswith(logs.SYSTEM_PREFIX)
+def log_tail(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: int, offset: int) -> dict[str, Any]:
+    """What the live tail appends: the whole lines from byte `offset` on, whether the try's log
+    is complete, and the task instance's state (the try's outcome, once it has one)."""
+    ti = runs.get_task_instance(session=session, ti_id=ti_id)
+    log = logs.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
+    read = tail.read_lines(store, log, offset)
+    return {"next": read.next, "finished": read.finished, "more": read.more,
+            "state": ti.state if try_number == ti.try_number else None,
+            "lines": [{"text": line.text, "kind": line.kind, "epoch": line.epoch} for line in read.lines]}
+
+
+def run_graph(tis: list[TaskInstance]) -> graph.Graph:
+    return graph.layout(tis)
+
+
+def run_timeline(*, session: Session, run: DagRun, tis: list[TaskInstance], now: datetime) -> timeline.Timeline:
+    """Every attempt epoch of the run as a Gantt chart; two queries for the whole run."""
+    attempts = history.run_attempts(session, run.id)
+    return timeline.build(tis, attempts, history.runners(session, attempts), now)
+
+
+def outcome_charts(*, session: Session, now: datetime) -> list[charts.Chart]:
+    """Attempts per minute by outcome kind over the last hours."""
+    start = charts.since(now)
+    return charts.per_minute(history.outcomes_per_minute(session, start, tuple(charts.KINDS)), start)
+
+
+@dataclass
+class FleetRow:
+    """One seat: its current execution and what its executions hold and did in FLEET_WINDOW.
+    (A new column is a field here and a header and a cell in macros.html: fleet_headers, fleet_cells.)"""
+
+    execution: ExecutionPublic
+    activity: history.SeatActivity
+    heartbeat_age: float | None  # seconds since the latest heartbeat of its in-flight attempts
+
+    @property
+    def superseded(self) -> int:
+        """Its earlier generations: every one was superseded by the next."""
+        return self.execution.generation - 1
+
+
+def fleet_page(*, session: Session, now: datetime) -> list[FleetRow]:
+    """Every seat that ever had an execution, by name, with its activity."""
+    activity = history.seat_activity(session, now - FLEET_WINDOW)
+    rows = []
+    for e in identity.occupants(session=session):
+        act = activity.get(e.seat, history.SeatActivity())
+        beat = act.last_heartbeat_at
+        rows.append(FleetRow(execution_public(e), act, (now - beat).total_seconds() if beat else None))
+    return rows
 
 
 def seat_page(*, session: Session, seat: str) -> list[ExecutionPublic]:
@@ -130,7 +162,3 @@ def seat_page(*, session: Session, seat: str) -> list[ExecutionPublic]:
     if not executions:
         raise AppError(404, "seat-not-found", "Seat not found", f"No execution was ever admitted for seat {seat!r}.")
     return [execution_public(e) for e in reversed(executions)]
-
-
-def occupants_page(*, session: Session) -> list[ExecutionPublic]:
-    return [execution_public(e) for e in identity.occupants(session=session)]

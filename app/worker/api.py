@@ -15,7 +15,8 @@ T = TypeVar("T")
 
 
 class ServerUnreachable(Exception):
-    """No answer, or a 5xx/429: the call may be repeated."""
+    """No answer, or a 5xx/429 (a fault on the server's side, say a full log store): the call
+    may be repeated."""
 
 
 class Refused(Exception):
@@ -102,11 +103,12 @@ class Api:
             resp = self.http.request(method, path, json=json, headers=all_headers)
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
-        if resp.status_code >= 500 or resp.status_code == 429:
-            raise ServerUnreachable(f"HTTP {resp.status_code}")
         if resp.is_success:
             return resp.status_code, resp.json() if resp.content else None
         problem = _problem(resp)
+        if resp.status_code >= 500 or resp.status_code == 429:
+            # Say which fault (database-unavailable, log-store-full, ...): the call is repeated.
+            raise ServerUnreachable(f"HTTP {resp.status_code} {problem.get('type', '')}".rstrip())
         raise (Stale if problem.get("should_terminate") else Refused)(resp.status_code, problem)
 
     # operator calls ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.worker.api import GaveUp, Refused, ServerUnreachable, Stale, retrying
+from app.worker.api import Backoff, GaveUp, Refused, ServerUnreachable, Stale, retrying
 from app.worker.context import Context
 from app.worker.deliver import deliver
 from app.worker.logship import LogShipper
@@ -60,6 +60,9 @@ class TaskRunner:
                                        "attempt_token": self.token, "pgid": None}
         self.unreachable = False  # set during an outage, so it is logged once
         self.shipping = True
+        # A log the server cannot take now (unreachable, or its log store full) waits in the
+        # spool and is offered again with back-off, not on every tick.
+        self.ship_backoff, self.ship_at = Backoff(base=TICK), 0.0
         self.shipper = LogShipper(ctx.api, ctx.state.spool(self.key), lambda: self.token,
                                   log=lambda m: ctx.log.warning("%s: %s", self.name, m))
 
@@ -147,8 +150,11 @@ class TaskRunner:
             time.sleep(TICK)
             now = time.monotonic()
             try:
-                if self.shipping and self.shipper.pending():
-                    self._talk("log", self._ship)
+                if self.shipping and now >= self.ship_at and self.shipper.pending():
+                    if self._talk("log", self._ship):
+                        self.ship_backoff = Backoff(base=TICK)
+                    else:
+                        self.ship_at = now + self.ship_backoff.next_delay()
                 if now >= next_beat:
                     next_beat = now + (hb if self._talk("heartbeat", lambda: self.ctx.api.heartbeat(self.token))
                                        else min(hb, 1.0))
@@ -189,7 +195,7 @@ class TaskRunner:
             if not self.unreachable:  # once per outage, not once per tick
                 self.unreachable = True
                 self.ctx.log.warning("%s: %s: server unreachable (%s); the task runs on, its log "
-                                     "waits on disk", self.name, what, exc)
+                                     "waits on disk and is retried with back-off", self.name, what, exc)
         return False
 
     def _ship(self) -> None:

@@ -5,7 +5,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.migrate import upgrade
-from tests.api import Operator, assert_problem, kube_target
+from tests.api import Operator, assert_problem, kube_target, task
 from tests.conftest import app_settings as settings_for
 from tests.databases import throwaway_database
 
@@ -109,3 +109,31 @@ class TestRestore:
     def test_a_document_that_is_not_an_object_is_422(self, operator):
         resp = restore(operator, [FORMAT])
         assert (resp.status_code, resp.json()["type"]) == (422, "validation-error")
+
+
+class TestRestoreHoldsRowsToTheApisRules:
+    @pytest.mark.parametrize("bad", ["../../x", "/abs", "ok/sub", "a\\..\\b", "a\x00b"],
+                             ids=["dotdot", "absolute", "nested", "backslash", "nul"])
+    def test_an_identifier_the_api_refuses_refuses_the_whole_document(self, operator, fresh_client, bad):
+        operator.create_run(task("a"), task("b", "a"))
+        document = operator.get("/v1/admin/snapshot").json()
+        tables = document["tables"]
+        tables["task_instances"][1]["task_id"] = bad
+        tables["dag_runs"][0]["run_id"] = bad
+        fresh = Operator(fresh_client)
+        problem = assert_problem(restore(fresh, document), 422, "invalid-snapshot")
+        assert "task_instances[1].task_id" in problem["detail"] and "dag_runs[0].run_id" in problem["detail"]
+        assert all(rows == [] for rows in fresh.get("/v1/admin/snapshot").json()["tables"].values())
+
+    def test_a_seat_name_and_a_conf_the_api_refuses_are_named(self, operator, fresh_client):
+        operator.create_run(task("a"))
+        operator.admit("etl-worker-1")
+        document = operator.get("/v1/admin/snapshot").json()
+        tables = document["tables"]
+        tables["executions"][0]["seat"] = "../seat"
+        conf = {}
+        for _ in range(40):
+            conf = {"k": conf}
+        tables["dag_runs"][0]["conf"] = conf
+        problem = assert_problem(restore(Operator(fresh_client), document), 422, "invalid-snapshot")
+        assert "executions[0].seat" in problem["detail"] and "dag_runs[0].conf" in problem["detail"]

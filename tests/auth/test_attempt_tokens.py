@@ -14,7 +14,7 @@ from sqlalchemy import update
 from app.auth.tokens import KeyRing, mint
 from app.orchestration.models import TaskInstance
 from tests.api import Operator, Worker, assert_problem, assert_stale, bearer, task, ti_ids
-from tests.conftest import JWT_SECRET
+from tests.conftest import JWT_SECRET, TEST_DATA_DIR
 from tests.scrape import sample
 
 KEYS = KeyRing("k1", {"k1": JWT_SECRET})
@@ -35,7 +35,8 @@ def attempt_token(ti: dict[str, Any], execution_id: str, epoch: Any = EPOCH_ABSE
 
 
 def decoded(token: str, secret: str = JWT_SECRET) -> dict[str, Any]:
-    return jwt.decode(token, secret, algorithms=["HS256"])
+    """The claims of an attempt token, verified as the server verifies them."""
+    return jwt.decode(token, secret, algorithms=["HS256"], issuer="fenceline", audience="fenceline:attempt")
 
 
 def pre_fence_dispatch(operator, engine, **fields: Any) -> tuple[dict[str, Any], Worker]:
@@ -95,6 +96,26 @@ class TestLegacyToken:
         assert operator.ti(ti["ti_id"])["last_heartbeat_at"] > ti["last_heartbeat_at"]
         other_try = attempt_token(ti, worker.execution_id, try_number=2)
         assert_stale(client.post("/v1/attempts/heartbeat", headers=bearer(other_try)))
+
+    def test_appends_its_log_to_the_trys_legacy_stream_without_being_stopped(self, client, operator):
+        """Contract 2.5, 4.1: log appends take the relaxed rule; a claim-less token writes {try}.log."""
+        run = operator.create_run(task("a"))
+        worker = Worker(operator)
+        claimed = worker.claim_one()
+        claimed.report("running")
+        claimed.append_log(0, "from the claimed agent\n")
+        ti = operator.ti(ti_ids(run)["a"])
+        token = attempt_token(ti, worker.execution_id)
+        resp = client.post("/v1/attempts/logs", json={"offset": 0, "content": "from a legacy agent\n"},
+                           headers=bearer(token))
+        assert resp.json() == {"size": 20}
+        stored = TEST_DATA_DIR / "logs" / "dag" / "run" / "a" / "-1"
+        assert (stored / "1.log").read_bytes() == b"from a legacy agent\n"
+        log = operator.log(ti["ti_id"])
+        assert log.index("from a legacy agent") < log.index("from the claimed agent")
+        assert_stale(client.post("/v1/attempts/logs", json={"offset": 20, "content": "x"},
+                                 headers=bearer(attempt_token(ti, worker.execution_id, try_number=2))))
+        assert operator.ti(ti["ti_id"]) == ti
 
     def test_every_call_is_counted(self, client, operator, engine):
         ti, worker = pre_fence_dispatch(operator, engine)

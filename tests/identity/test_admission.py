@@ -3,6 +3,7 @@
 import uuid
 
 from tests.api import admission_body, assert_problem, kube_target
+from tests.identity.checks import refused
 
 
 class TestAdmit:
@@ -49,12 +50,11 @@ class TestAdmit:
         history = operator.get("/v1/seats/etl-worker-1/executions").json()["items"]
         assert len(history) == 1
 
-    def test_idempotency_key_with_a_different_body_is_refused(self, operator):
+    def test_idempotency_key_with_a_different_body_is_refused_and_counted(self, operator):
         key = {"Idempotency-Key": "k"}
         operator.post("/v1/seats/etl-worker-1/executions", json=admission_body(), headers=key)
-        resp = operator.post("/v1/seats/etl-worker-1/executions", json=admission_body(swarm="x"), headers=key)
-        assert resp.status_code == 409
-        assert resp.json()["type"] == "idempotency-key-reused"
+        refused(operator, lambda: operator.post("/v1/seats/etl-worker-1/executions", json=admission_body(swarm="x"),
+                                                headers=key), "idempotency-key-reused", swarm="x")
 
 
 class TestTargets:

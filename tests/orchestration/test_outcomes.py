@@ -40,6 +40,14 @@ class TestInfraFault:
         assert worker.claim() == []
         assert operator.run()["state"] == "failed"
 
+    def test_the_documented_budget_says_so(self, client):
+        """Generated SDKs show this text: it must state the rule the tests above hold."""
+        schemas = client.get("/openapi.json").json()["components"]["schemas"]
+        for schema in ("TaskCreate", "TaskInstancePublic"):
+            description = schemas[schema]["properties"]["max_infra_attempts"]["description"]
+            assert "re-placed while infra_attempts is below max_infra_attempts" in description
+            assert "with 3, the fourth fault is terminal" in description
+
     def test_replacement_waits_out_the_back_off(self, make_client):
         client = make_client(infra_backoff_base_seconds=60)
         operator = Operator(client)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.api import Operator, Worker, assert_problem, assert_stale, task, ti_ids
+from tests.api import Operator, Worker, assert_problem, assert_stale, json_of, task, ti_ids
 from tests.concurrency import race
 
 
@@ -117,6 +117,15 @@ class TestClear:
         again.report("success")
         assert operator.run()["state"] == "success"
 
+    def test_a_cleared_try_starts_without_the_old_failure(self, operator):
+        run = operator.create_run(task("a"))
+        Worker(operator).claim_one().report("failed", reason="exit 3")
+        failed = operator.ti(ti_ids(run)["a"])
+        assert (failed["last_failure_kind"], failed["last_failure_reason"]) == ("app", "exit 3")
+        cleared = json_of(operator.post(f"/v1/task-instances/{ti_ids(run)['a']}/clear"))
+        assert (cleared["try_number"], cleared["last_failure_kind"], cleared["last_failure_reason"]) == (2, None, None)
+        assert [(a["outcome_kind"], a["reason"]) for a in operator.attempts(ti_ids(run)["a"])] == [("app", "exit 3")]
+
     def test_clear_of_an_unknown_task_instance_is_404(self, operator):
         resp = operator.post("/v1/task-instances/00000000-0000-0000-0000-000000000000/clear")
         assert_problem(resp, 404, "task-instance-not-found")
@@ -176,6 +185,18 @@ class TestMark:
         assert_stale(old.send("running"))
         assert states(operator) == {"a": "failed", "b": "upstream_failed"}
         assert operator.run()["state"] == "failed"
+
+    def test_mark_success_shows_no_failure_and_mark_failed_records_one(self, operator):
+        run = operator.create_run(task("a"), task("b"))
+        worker = Worker(operator)
+        for attempt in worker.claim():
+            attempt.report("unexecutable", reason="node_lost")
+        mark = {"a": "success", "b": "failed"}
+        marked = {t: json_of(operator.post(f"/v1/task-instances/{ti_ids(run)[t]}/mark", json={"state": state}))
+                  for t, state in mark.items()}
+        assert {t: (ti["last_failure_kind"], ti["last_failure_reason"]) for t, ti in marked.items()} == {
+            "a": (None, None), "b": ("app", "marked_failed")}
+        assert [a["reason"] for a in operator.attempts(ti_ids(run)["a"])] == ["node_lost"]
 
     @pytest.mark.parametrize("body", [{"state": "running"}, {"state": "success", "note": "x"}, {}])
     def test_bad_mark_is_422_and_changes_nothing(self, operator, body):

@@ -1,5 +1,6 @@
 """The dashboard in a real browser: headless Chromium logs in, opens a run, a task's tries and
-a log, and saves a screenshot of each page under tests/artifacts/ (gitignored).
+a log, the run's graph and timeline, follows a running log and looks at the fleet, and saves a
+screenshot of each page under tests/artifacts/ (gitignored).
 
 Skipped only when Debian's chromium and chromium-driver are not installed (.ci/run installs
 them). Selenium drives the browser with the chromedriver given explicitly, so nothing is
@@ -13,16 +14,13 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.api import ADMIN_PASSWORD, Operator
-from tests.ui.pages import infra_fault_then_success
+from tests.ui.pages import CHROMEDRIVER, CHROMIUM, chrome, fence_run, infra_fault_then_success
 
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
@@ -32,14 +30,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
 @pytest.fixture
 def browser() -> Iterator[webdriver.Chrome]:
     profile = tempfile.mkdtemp(prefix="fenceline-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    driver.set_page_load_timeout(30)
+    driver = chrome(profile)
     try:
         yield driver
     finally:
@@ -107,7 +98,7 @@ def test_an_operator_logs_in_and_follows_a_run_down_to_its_log(browser, live_ser
     assert browser.find_element(By.TAG_NAME, "body").text.startswith("::fenceline:: try 1 epoch")
     browser.back()
 
-    browser.find_element(By.LINK_TEXT, "Seats").click()
+    browser.find_element(By.LINK_TEXT, "Fleet").click()
     wait.until(ec.url_contains("/ui/seats"))
     assert {a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.seat-link")} == {"etl-worker-1", "etl-worker-2"}
     shot("seats")
@@ -117,3 +108,89 @@ def test_an_operator_logs_in_and_follows_a_run_down_to_its_log(browser, live_ser
     assert browser.get_cookie("fenceline_ui") is None
     browser.get(f"{live_server.url}/ui/seats")
     wait.until(ec.url_contains("/ui/login?next="))
+
+
+def log_in(browser: webdriver.Chrome, url: str, wait: WebDriverWait) -> None:
+    browser.get(f"{url}/ui/login")
+    browser.find_element(By.NAME, "username").send_keys("admin")
+    browser.find_element(By.NAME, "password").send_keys(ADMIN_PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+    wait.until(ec.url_to_be(f"{url}/ui/runs"))
+
+
+def tooltip(element) -> str:
+    return element.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+
+
+def test_the_fence_views_show_a_re_placed_and_retried_run_and_follow_its_running_log(browser, live_server, db_url):
+    backend = db_url.split(":")[0].split("+")[0]
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    def shot(name: str) -> None:
+        browser.save_screenshot(str(ARTIFACTS / f"ui-{backend}-fence-{name}.png"))
+
+    wait = WebDriverWait(browser, 20)
+    with live_server.client() as api:
+        run = fence_run(Operator(api))
+        log_in(browser, live_server.url, wait)
+
+        browser.find_element(By.LINK_TEXT, "daily").click()
+        browser.find_element(By.LINK_TEXT, "Graph").click()
+        wait.until(ec.url_contains("view=graph"))
+        nodes = {n.get_attribute("data-task"): n for n in browser.find_elements(By.CSS_SELECTOR, "svg.dag g.node")}
+        assert sorted(nodes) == ["extract", "load", "report", "transform"]  # one node per task
+        details = {t: n.find_element(By.CSS_SELECTOR, "text.detail").text for t, n in nodes.items()}
+        assert details == {"extract": "success · try 1 · epoch 3", "transform": "3 success",
+                           "load": "running · try 1 · epoch 1", "report": "none · try 1 · epoch 0"}
+        fill = {t: n.find_element(By.CSS_SELECTOR, "rect.box").value_of_css_property("fill") for t, n in nodes.items()}
+        assert len({fill["extract"], fill["load"], fill["report"]}) == 3 and fill["transform"] == fill["extract"]
+        shot("graph")
+
+        browser.find_element(By.LINK_TEXT, "Timeline").click()
+        wait.until(ec.url_contains("view=timeline"))
+
+        def bars(task: str) -> list:
+            return browser.find_elements(By.CSS_SELECTOR, f'svg.gantt g[data-ti="{run.ti[task]}"] rect.bar')
+
+        replaced = bars("extract")
+        assert len(replaced) == 2 and all(b.size["width"] > 0 for b in replaced)  # two bars for the re-placed try
+        assert "evicted" in tooltip(replaced[0]) and "etl-worker-1 generation 1" in tooltip(replaced[0])
+        assert replaced[0].value_of_css_property("fill") != replaced[1].value_of_css_property("fill")
+        assert replaced[0].location["x"] + replaced[0].size["width"] < replaced[1].location["x"]  # the wait between
+        retried = browser.find_elements(By.CSS_SELECTOR, f'svg.gantt g[data-ti="{run.ti["transform[1]"]}"] .try-mark')
+        assert [tooltip(m) for m in retried] == ["try 2 begins"]
+        assert "etl-worker-1 generation 2" in tooltip(bars("load")[0])
+        shot("timeline")
+
+        browser.get(f"{live_server.url}/ui/task-instances/{run.ti['load']}/tries/1/log")
+        status = browser.find_element(By.ID, "tail-status")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "tail-status"), "following new lines"))
+        browser.execute_script("window.openedOnce = true")  # gone if the page reloaded
+        run.load.append_log(len("loading rows\n"), "appended after the page opened\n")
+        wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "pre.log"), "appended after the page opened"))
+        run.load.report("unexecutable", reason="evicted")
+        again = run.second.claim_one()
+        again.report("running")
+        again.append_log(0, "loading rows again\n")
+        wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "pre.log"), "loading rows again"))
+        (mark,) = browser.find_elements(By.CSS_SELECTOR, "pre.log .replace")
+        assert f"epoch {again.epoch} " in mark.text and "ended (infra: evicted)" in mark.text
+        assert status.text == f"re-placed · now following epoch {again.epoch}"
+        again.report("success")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "tail-status"), "the try ended · success"))
+        assert browser.execute_script("return window.openedOnce") is True
+        lines = [line.text for line in browser.find_elements(By.CSS_SELECTOR, "pre.log .line:not(.sysline)")]
+        assert lines == ["loading rows", "appended after the page opened", "loading rows again"]
+        shot("tail")
+
+    browser.find_element(By.LINK_TEXT, "Fleet").click()
+    wait.until(ec.url_contains("/ui/seats"))
+    (seat,) = browser.find_elements(By.CSS_SELECTOR, "tr.fleet-row")
+    assert seat.find_element(By.CSS_SELECTOR, ".generation").text == "gen 2\n1 superseded"
+    assert run.second.execution_id[:8] in seat.text
+    shot("fleet")
+    seat.find_element(By.LINK_TEXT, "1 superseded").click()
+    wait.until(ec.url_contains("/ui/seats/etl-worker-1"))
+    generations = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "table.grid tbody tr")]
+    assert generations[0].startswith(f"2 {run.second.execution_id} current")
+    assert generations[1].startswith(f"1 {run.first.execution_id} superseded")

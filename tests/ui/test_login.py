@@ -4,10 +4,12 @@ from app.ui.access import COOKIE
 from tests.api import ADMIN_PASSWORD
 from tests.ui.pages import texts, ui_login
 
-PAGES = ["/ui/runs", "/ui/runs/dag/run", "/ui/seats", "/ui/seats/etl-worker-1",
+PAGES = ["/ui/runs", "/ui/runs/dag/run", "/ui/runs/dag/run?view=graph", "/ui/runs/dag/run?view=timeline",
+         "/ui/seats", "/ui/seats/etl-worker-1",
          "/ui/task-instances/00000000-0000-0000-0000-000000000000",
          "/ui/task-instances/00000000-0000-0000-0000-000000000000/tries/1/log",
-         "/ui/task-instances/00000000-0000-0000-0000-000000000000/tries/1/log.txt"]
+         "/ui/task-instances/00000000-0000-0000-0000-000000000000/tries/1/log.txt",
+         "/ui/task-instances/00000000-0000-0000-0000-000000000000/tries/1/log/tail?offset=0"]
 
 
 class TestLoginForm:
@@ -108,8 +110,19 @@ class TestCrossSite:
                            follow_redirects=False)
         assert resp.status_code == 303
 
-    def test_pages_carry_a_script_free_content_security_policy(self, client):
+    def test_pages_carry_a_policy_that_allows_only_same_origin_scripts_and_no_inline_code(self, client):
         ui_login(client)
         resp = client.get("/ui/runs")
-        assert "default-src 'none'" in resp.headers["content-security-policy"]
+        policy = dict(d.strip().split(" ", 1) for d in resp.headers["content-security-policy"].split(";"))
+        assert policy == {"default-src": "'none'", "script-src": "'self'", "connect-src": "'self'",
+                          "style-src": "'self'", "img-src": "'self'", "form-action": "'self'",
+                          "frame-ancestors": "'none'", "base-uri": "'none'"}
         assert resp.headers["x-frame-options"] == "DENY" and resp.headers["cache-control"] == "no-store"
+
+    def test_the_stylesheet_and_the_tail_script_are_served_without_a_login_and_nothing_else_is(self, client):
+        css, script = client.get("/ui/static/ui.css"), client.get("/ui/static/tail.js")
+        assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+        assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+        assert "textContent" in script.text and "innerHTML" not in script.text  # appends text, never markup
+        for name in ("../views.py", "..%2Frouter.py", "nope.js"):
+            assert client.get(f"/ui/static/{name}").status_code == 404
