@@ -16,6 +16,10 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("FENCELINE_DATABASE_URL", "DATABASE_URL")
     )
 
+    # Where clients reach this server: the OpenAPI document's `servers` entry, the default base
+    # URL of a client generated from it.
+    public_url: str = "http://127.0.0.1:8000"
+
     # Database connections of one server process: the pool, the overflow beyond it, and how
     # long a request waits for a free connection before it is answered 503.
     database_pool_size: int = Field(default=10, ge=1)

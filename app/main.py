@@ -58,8 +58,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Execution control plane: admission, attempt fencing, outcome routing, Airflow-compatible reads.",
         lifespan=lifespan,
-        # Stable, readable operation IDs for generated SDKs: "<tag>_<function name>".
-        generate_unique_id_function=lambda route: f"{route.tags[0]}_{route.name}" if route.tags else route.name,
+        # Operation IDs read as methods of a generated client's tag class (ExecutionApi.report):
+        # the function's name; /api/v1's twins of /api/v2 routes add "_v1" (app/airflow/v1.py).
+        generate_unique_id_function=lambda route: route.name,
+        servers=[{"url": settings.public_url, "description": "this server, as its operators reach it"}],
     )
     app.state.settings = settings
     app.state.engine = make_engine(settings.resolved_database_url, pool_size=settings.database_pool_size,

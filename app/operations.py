@@ -19,7 +19,7 @@ def health(session: SessionDep) -> dict[str, str]:
 
 
 @router.get("/metrics", response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **problems(401)})
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}, **problems(401)})
 def metrics(_: OperatorOrBasicDep) -> Response:
     """Prometheus text exposition (operator bearer token or HTTP Basic)."""
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -12,7 +12,8 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -20,28 +21,50 @@ from starlette.routing import Match
 
 from app.db import DatabaseFault, database_fault
 from app.errors import AppError
+from app.schemas import InvalidRequest, Problem
 
 log = logging.getLogger("fenceline")
 
 PROBLEM_JSON = "application/problem+json"
 
 
-class Problem(BaseModel):
-    """A problem document (RFC 9457), as declared on every route's error responses."""
+def schema_ref(model: type[BaseModel]) -> dict[str, str]:
+    """A reference to `model`'s schema among the document's components, where it is then
+    added (for models FastAPI does not document by itself: problems, a body a route parses)."""
+    _documented_models[model.__name__] = model
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
 
-    model_config = ConfigDict(extra="allow")
-    type: str
-    title: str
-    status: int
-    detail: str
+
+# Every such model, by name (their schemas join the document's components).
+_documented_models: dict[str, type[BaseModel]] = {m.__name__: m for m in (Problem, InvalidRequest)}
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The `responses=` declaration of a route's refusals, so the OpenAPI document tells the
-    truth: a Problem, under the media type it is sent with."""
+    truth: a Problem (an InvalidRequest for a 422), under the media type it is sent with."""
     return {s: {"description": HTTPStatus(s).phrase,
-                "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+                "content": {PROBLEM_JSON: {"schema": schema_ref(InvalidRequest if s == 422 else Problem)}}}
             for s in statuses}
+
+
+def refusals(*families: type[Problem]) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` declaration of refusals whose members a client must read typed (a
+    worker branches on a stale report's `should_terminate`): each family under the statuses it
+    is sent with; where several share a status, one of them, told apart by its pinned `type`."""
+    declared: dict[int | str, dict[str, Any]] = {}
+    for status in sorted({s for family in families for s in family.STATUSES}):
+        members = [schema_ref(f) for f in families if status in f.STATUSES]
+        schema = members[0] if len(members) == 1 else {"oneOf": members}
+        declared[status] = {"description": HTTPStatus(status).phrase, "content": {PROBLEM_JSON: {"schema": schema}}}
+    return declared
+
+
+def _problem_schemas() -> dict[str, Any]:
+    """The JSON schemas of every model referred to by schema_ref, their own references pointing
+    into the document's components."""
+    _, found = models_json_schema([(m, "serialization") for m in _documented_models.values()],
+                                  ref_template="#/components/schemas/{model}")
+    return found["$defs"]
 
 
 def document_errors(app: FastAPI) -> None:
@@ -54,7 +77,8 @@ def document_errors(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = generate()
             components = schema.setdefault("components", {}).setdefault("schemas", {})
-            components["Problem"] = Problem.model_json_schema()
+            components.update(_problem_schemas())
+            _fit_for_generators(components)
             for family in {id(f): f for f in (NATIVE, *_families.values())}.values():
                 components.update(family.schemas)
             for path, operations in schema["paths"].items():
@@ -70,10 +94,20 @@ def _complete(responses: dict[str, Any], family: "ErrorFamily", method: str) -> 
     for status in family.never:
         responses.pop(str(status), None)
     for status in (*family.answers, *(() if method in ("get", "head") else WRITE_FAULTS)):
-        responses[str(status)] = family.documented(status)
+        if "content" not in responses.get(str(status), {}):  # a route's own (typed) declaration stands
+            responses[str(status)] = family.documented(status)
     for status, response in responses.items():  # declared by description alone: give it its shape
         if status[0] in "45" and "content" not in response:
             response.update(family.documented(int(status)))
+
+
+def _fit_for_generators(components: dict[str, Any]) -> None:
+    """Free-form objects FastAPI documents without saying what they hold, said (SDK generators
+    otherwise warn and fall back to an untyped value): a validation error's `ctx`."""
+    for name in ("ValidationError",):
+        ctx = components.get(name, {}).get("properties", {}).get("ctx")
+        if ctx is not None and ctx.get("type") == "object":
+            ctx.setdefault("additionalProperties", True)
 
 
 def problem_response(

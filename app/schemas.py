@@ -73,3 +73,30 @@ class Strict(BaseModel):
         if found := unstorable(data, "", cls.allow_nul):
             raise ValueError(found)
         return data
+
+
+# --- refusals: the problem documents (RFC 9457) the API answers with --------------------------
+
+class Problem(BaseModel):
+    """A problem document: a stable `type`, a title, the status and a detail; a family of
+    refusals (the subclasses, each under the statuses it is sent with) adds typed members."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+class ValidationItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class InvalidRequest(Problem):
+    """422: the request breaks a rule. `errors` says where validation failed; `rows`, which
+    rows of a snapshot break the API's rules."""
+
+    errors: list[ValidationItem] | None = None
+    rows: list[str] | None = None

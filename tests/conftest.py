@@ -152,3 +152,10 @@ class LiveServer:
 def live_server(db_url: str, engine: Engine) -> Iterator[LiveServer]:
     with LiveServer(create_app(app_settings(db_url))) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def live_server_module(db_url: str, engine: Engine) -> Iterator[LiveServer]:
+    """One live server for a module's tests (its tables are still emptied after each test)."""
+    with LiveServer(create_app(app_settings(db_url))) as server:
+        yield server

@@ -48,7 +48,9 @@ def require_basic_operator(request: Request, bearer: BearerDep, basic: BasicDep)
     return require_operator_or_basic(request, bearer, basic)
 
 
+# Operation IDs: each /api/v2 twin takes the plain name (Airflow 3's own), these add "_v1".
 router = APIRouter(prefix=PREFIX, tags=["airflow-v1"], dependencies=[Depends(require_basic_operator)],
+                   generate_unique_id_function=lambda route: f"{route.name}_v1",
                    responses={401: {"description": "Unauthenticated"}, 403: {"description": "Not an operator's token"},
                               404: {"description": "Not found"}})
 Limit = limit(100)
@@ -234,7 +236,7 @@ def get_task_instance_try_details(dag_id: str, dag_run_id: str, task_id: str, ta
 
 
 @router.get(TI + "/{task_id}/logs/{task_try_number}", response_model=InstanceLog,
-            responses={200: {"content": {"text/plain": {}}}, 400: {}})
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, 400: {}})
 def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, session: SessionDep,
             store: StoreDep, request: Request, full_content: bool = False, map_index: int = -1,
             token: str | None = None, accept: Annotated[str | None, Header()] = None) -> StreamingResponse:

@@ -88,7 +88,8 @@ def _documented(status: int) -> dict[str, Any]:
 # Airflow 3's error body: {"detail": …}.
 HTTP_EXCEPTION_RESPONSE = {
     "title": "HTTPExceptionResponse", "type": "object", "required": ["detail"],
-    "properties": {"detail": {"title": "Detail", "anyOf": [{"type": "string"}, {"type": "object"}]}},
+    "properties": {"detail": {"title": "Detail",
+                              "anyOf": [{"type": "string"}, {"type": "object", "additionalProperties": True}]}},
 }
 AIRFLOW_3 = ErrorFamily(render=_render, documented=_documented, answers=(413, 422, 503),
                         schemas={"HTTPExceptionResponse": HTTP_EXCEPTION_RESPONSE})
@@ -200,7 +201,7 @@ def get_task_instance_try_details(dag_id: str, dag_run_id: str, task_id: str, ta
 
 
 @router.get(TI + "/{task_id}/logs/{try_number}", response_model=TaskInstancesLogResponse,
-            responses={200: {"content": {"application/x-ndjson": {}}}, 400: {}, 406: {}})
+            responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}, 400: {}, 406: {}})
 def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[int, Path(ge=0)],
             session: SessionDep, store: StoreDep, request: Request, full_content: bool = False,
             map_index: int = -1, token: str | None = None,

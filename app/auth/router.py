@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 from app.auth import tokens
 from app.auth.deps import OperatorDep, check_password, installation, operator_token
 from app.errors import AppError
-from app.problems import problems
+from app.problems import problems, schema_ref
 from app.schemas import Strict
 
 router = APIRouter(tags=["auth"])
@@ -46,13 +46,10 @@ async def login_body(request: Request) -> LoginRequest:
         raise RequestValidationError(errors) from None
 
 
-_LOGIN_SCHEMA = LoginRequest.model_json_schema()
-
-
 # The document declares the JSON body only: generators mishandle one operation with two body
 # types, and the form is the same two fields.
 @router.post("/auth/token", status_code=201, responses=problems(401, 422, 429), openapi_extra={"requestBody": {
-    "required": True, "content": {"application/json": {"schema": _LOGIN_SCHEMA}}}})
+    "required": True, "content": {"application/json": {"schema": schema_ref(LoginRequest)}}}})
 def login(request: Request, body: Annotated[LoginRequest, Depends(login_body)]) -> TokenPublic:
     """Exchange the operator's username and password for a bearer token. The same fields are
     also accepted as an `application/x-www-form-urlencoded` (OAuth2 password flow) form.

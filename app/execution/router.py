@@ -19,6 +19,8 @@ from app.execution.schemas import (
     ObservationResult,
     RenewedToken,
     Report,
+    StaleExecution,
+    StaleReport,
     SweepResult,
     WorkItem,
     WorkItems,
@@ -27,10 +29,10 @@ from app.orchestration import runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
-from app.problems import problems
+from app.problems import problems, refusals
 
 router = APIRouter(tags=["execution"], responses=problems(401, 403, 422))
-STALE = problems(404, 409)
+STALE = refusals(StaleReport)
 
 
 def backoff(request: Request) -> Backoff:
@@ -41,7 +43,7 @@ def status(ti: TaskInstance) -> AttemptStatus:
     return AttemptStatus(ti_id=ti.id, state=ti.state, try_number=ti.try_number, attempt_epoch=ti.attempt_epoch)
 
 
-@router.post("/v1/dispatch/claim", responses=problems(409))
+@router.post("/v1/dispatch/claim", responses=refusals(StaleExecution))
 def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_id: WorkerDep) -> WorkItems:
     """Claim up to `limit` ready task instances for the calling execution (worker token)."""
     keyring, ttl = installation(request).keyring, request.app.state.settings.attempt_token_ttl_seconds
@@ -89,7 +91,7 @@ def renew(session: SessionDep, request: Request, token: AttemptDep) -> RenewedTo
         max_lifetime_seconds=settings.max_attempt_credential_lifetime_seconds))
 
 
-@router.post("/v1/observations", responses=STALE)
+@router.post("/v1/observations", responses={**problems(404), **refusals(StaleReport)})
 def observe(body: ObservationIn, session: SessionDep, request: Request, _: OperatorDep) -> ObservationResult:
     """Record a substrate observation; an explicit outcome settles through the fence."""
     ti, recorded, settled = observations.observe(session=session, observation=body, backoff=backoff(request))

@@ -2,12 +2,12 @@
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from app.orchestration.states import INFRA_REASONS
-from app.schemas import Strict
+from app.schemas import Problem, Strict
 
 InfraReason = Literal[INFRA_REASONS]  # type: ignore[valid-type]
 REASON_MAX = 64  # an attempt record's reason column
@@ -123,3 +123,25 @@ class AttemptsPublic(BaseModel):
 class SweepResult(BaseModel):
     marked: dict[str, int]
     swept: bool
+
+
+class StaleReport(Problem):
+    """An agent write the fence refused. `should_terminate` tells the worker whether to kill its
+    task: true for `stale-report` (409: the attempt was superseded or has ended; `state`,
+    `try_number` and `attempt_epoch` are the task instance's now) and `task-instance-not-found`
+    (404), false for `attempt-started` (409: a release of an attempt whose user code started)."""
+
+    STATUSES: ClassVar[tuple[int, ...]] = (404, 409)
+    type: Literal["stale-report", "task-instance-not-found", "attempt-started"]
+    should_terminate: bool
+    state: str | None = None
+    try_number: int | None = None
+    attempt_epoch: int | None = None
+
+
+class StaleExecution(Problem):
+    """409: the claiming execution was superseded or observed terminal: it claims nothing more."""
+
+    STATUSES: ClassVar[tuple[int, ...]] = (409,)
+    type: Literal["stale-execution"]
+    should_terminate: bool

@@ -12,6 +12,7 @@ from app.identity import service
 from app.identity.schemas import (
     AdmissionPublic,
     AdmissionRequest,
+    ExecutionConflict,
     ExecutionPatch,
     ExecutionPublic,
     ExecutionsPublic,
@@ -23,7 +24,7 @@ from app.identity.schemas import (
     execution_public,
     seat_public,
 )
-from app.problems import problems
+from app.problems import problems, refusals
 
 router = APIRouter(prefix="/v1", tags=["identity"], responses=problems(401, 403, 422))
 SeatPath = Annotated[SeatName, Path(description="The seat's canonical name, e.g. etl-worker-3.")]
@@ -31,7 +32,8 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_lengt
 
 
 @router.post("/seats/{seat}/executions", status_code=201, response_model=AdmissionPublic,
-             responses={200: {"model": AdmissionPublic, "description": "Idempotent replay"}, **problems(409)})
+             responses={200: {"model": AdmissionPublic, "description": "Idempotent replay"},
+                        **refusals(ExecutionConflict)})
 def admit_execution(
     seat: SeatPath, body: AdmissionRequest, session: SessionDep, request: Request, response: Response,
     _: LauncherDep, idempotency_key: IdempotencyKey = None,
@@ -56,7 +58,7 @@ def read_execution(execution_id: uuid.UUID, session: SessionDep, _: LauncherDep)
     return execution_public(service.get_execution(session=session, execution_id=execution_id))
 
 
-@router.patch("/executions/{execution_id}", responses=problems(404, 409))
+@router.patch("/executions/{execution_id}", responses={**problems(404), **refusals(ExecutionConflict)})
 def patch_execution(execution_id: uuid.UUID, body: ExecutionPatch, session: SessionDep,
                     _: LauncherDep) -> ExecutionPublic:
     """Bind pod_uid (once) and record the latest runtime observation."""
@@ -74,7 +76,7 @@ def read_seat(seat: SeatPath, session: SessionDep, _: OperatorDep) -> SeatPublic
     return seat_public(*service.get_seat(session=session, seat=seat))
 
 
-@router.put("/seats/{seat}", responses={201: {"model": SeatPublic}, **problems(409)})
+@router.put("/seats/{seat}", responses={201: {"model": SeatPublic}, **refusals(ExecutionConflict)})
 def put_seat(seat: SeatPath, body: SeatPut, session: SessionDep, response: Response, _: OperatorDep) -> SeatPublic:
     """The plain writer, for a seat with no runtime identity and no execution history."""
     if service.put_seat(session=session, seat=seat, record=body):
@@ -88,7 +90,7 @@ def delete_seat(seat: SeatPath, session: SessionDep, _: OperatorDep) -> None:
     service.delete_seat(session=session, seat=seat)
 
 
-@router.put("/seats/{seat}/resume", responses=problems(404, 409))
+@router.put("/seats/{seat}/resume", responses={**problems(404), **refusals(ExecutionConflict)})
 def write_resume(seat: SeatPath, body: ResumeWrite, session: SessionDep, _: OperatorDep) -> SeatPublic:
     """Compare-and-swap the orchestrator-owned resume fields on the expected execution."""
     stored = service.write_resume(session=session, seat=seat, write=body)

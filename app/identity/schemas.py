@@ -2,12 +2,12 @@
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator
 
 from app.identity.models import Execution, Seat
-from app.schemas import FreeForm, Strict
+from app.schemas import FreeForm, Problem, Strict
 
 SeatName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")]
 RuntimeBackend = Literal["local", "kubernetes"]
@@ -144,6 +144,18 @@ class SeatPublic(BaseModel):
 
 class OccupantsPublic(BaseModel):
     items: list[ExecutionPublic]
+
+
+class ExecutionConflict(Problem):
+    """409: an admission, binding or seat write refused (contract 1). `current_execution_id` (and,
+    for `stale-predecessor`, `current_generation`) name the seat's execution now, so a launcher
+    can retry naming it."""
+
+    STATUSES: ClassVar[tuple[int, ...]] = (409,)
+    type: Literal["stale-predecessor", "stale-update", "execution-rotated", "identity-conflict", "pod-uid-reused",
+                  "admission-required", "idempotency-key-reused", "conflict"]
+    current_execution_id: uuid.UUID | None = None
+    current_generation: int | None = None
 
 
 # --- presentation: table rows as their wire shapes ------------------------------------------

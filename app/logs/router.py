@@ -1,7 +1,7 @@
 """HTTP for attempt logs: agent appends and the native read of a try's log."""
 
 import uuid
-from typing import Annotated
+from typing import Annotated, ClassVar, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
@@ -10,9 +10,10 @@ from pydantic import BaseModel, Field
 from app.auth.deps import AttemptDep, OperatorDep
 from app.deps import SessionDep, StoreDep
 from app.errors import AppError
+from app.execution.schemas import StaleReport
 from app.logs import service
-from app.problems import problems
-from app.schemas import Strict
+from app.problems import problems, refusals
+from app.schemas import Problem, Strict
 
 router = APIRouter(tags=["logs"], responses=problems(401, 403, 422))
 
@@ -27,8 +28,18 @@ class LogAppended(BaseModel):
     size: int
 
 
+class LogWriteRefused(Problem):
+    """An append the log store refused as it stands: `log-offset-gap` (409: the offset is past
+    the stored end), `log-offset-conflict` (409: resent bytes differ), `log-too-large` or
+    `payload-too-large` (413). `stored_size`, where given, is where to resend from."""
+
+    STATUSES: ClassVar[tuple[int, ...]] = (409, 413)
+    type: Literal["log-offset-gap", "log-offset-conflict", "log-too-large", "payload-too-large"]
+    stored_size: int | None = None
+
+
 # The body as a whole is bounded before it is read (app/ingress.py); its content, here.
-@router.post("/v1/attempts/logs", responses=problems(404, 409, 413, 503, 507))
+@router.post("/v1/attempts/logs", responses={**problems(503, 507), **refusals(StaleReport, LogWriteRefused)})
 def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: Request,
                token: AttemptDep) -> LogAppended:
     """Append to this attempt's own log stream; idempotent under retry (same offset, same bytes)."""
@@ -42,7 +53,7 @@ def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: R
 
 
 @router.get("/v1/task-instances/{ti_id}/tries/{try_number}/log", response_class=StreamingResponse,
-            responses={200: {"content": {"text/plain": {}}}, **problems(404)})
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **problems(404)})
 def read_try_log(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
                  _: OperatorDep) -> StreamingResponse:
     """The try's log: every epoch's stream in order, each behind one system line (streamed)."""

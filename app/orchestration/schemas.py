@@ -36,7 +36,9 @@ class Payload(Strict):
     command: list[Annotated[str, StringConstraints(max_length=4096)]] | None = None
     image: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
     args: list[Annotated[str, StringConstraints(max_length=4096)]] = []
-    env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
+    # additionalProperties alongside the key pattern: SDK generators read the map's value type there.
+    env: Annotated[dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str],
+                   Field(json_schema_extra={"additionalProperties": {"type": "string"}})] = {}
     resources: Resources | None = None
     timeout_seconds: Annotated[float, Field(gt=0)] | None = None
 
