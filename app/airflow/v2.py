@@ -326,7 +326,9 @@ def get_health(request: Request) -> HealthInfoResponse:
         triggerer=TriggererInfoResponse(status=None, latest_triggerer_heartbeat=None))
 
 
-@cli_login_router.post("/auth/token/cli", status_code=201)
+@cli_login_router.post("/auth/token/cli", status_code=201, responses={
+    400: {"description": "Username and password must be provided"}, 401: {"description": "Invalid credentials"},
+    429: {"description": "Too many failed logins"}})
 def cli_login(body: LoginBody, request: Request) -> LoginResponse:
     """Airflow's CLI login (airflowctl `auth login`): the operator's username and password for a
     bearer token. Any Authorization header sent along (a re-login's stale token) is ignored."""

@@ -91,7 +91,7 @@ def renew(session: SessionDep, request: Request, token: AttemptDep) -> RenewedTo
         max_lifetime_seconds=settings.max_attempt_credential_lifetime_seconds))
 
 
-@router.post("/v1/observations", responses={**problems(404), **refusals(StaleReport)})
+@router.post("/v1/observations", responses={**refusals(StaleReport), **problems(404)})  # 404: no such TI
 def observe(body: ObservationIn, session: SessionDep, request: Request, _: OperatorDep) -> ObservationResult:
     """Record a substrate observation; an explicit outcome settles through the fence."""
     ti, recorded, settled = observations.observe(session=session, observation=body, backoff=backoff(request))
