@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from app.config import get_settings
+from app.config import get_settings, log_store_name
 
 
 def _migrate() -> str:
@@ -68,6 +68,40 @@ def _schema_mismatch(url: str) -> str | None:
             f"migrations end at {head}; run `fenceline migrate` (or the migration job) with this version first")
 
 
+# Exit status of `fenceline logs copy` when some streams could not be copied (docs/operations.md).
+EXIT_LOG_CONFLICTS = 6
+
+
+def cmd_logs_copy(args: argparse.Namespace) -> int:
+    from app.db import make_engine
+    from app.logs import stores
+    from app.logs.copy import copy_logs
+
+    settings = get_settings()
+    url = settings.resolved_database_url
+    if (mismatch := _schema_mismatch(url)) is not None:
+        print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
+        return EXIT_SCHEMA_NOT_AT_HEAD
+    engine = make_engine(url)
+    try:
+        source_name = args.source or stores.choose(settings)[0]
+        source = stores.open_store(source_name, settings, engine)
+        target = stores.open_store(args.to, settings, engine)
+        if source.name == target.name:
+            print(f"fenceline: the logs are in the {source.name} store already", file=sys.stderr)
+            return 2
+        report = copy_logs(source, target, engine)
+    finally:
+        engine.dispose()
+    print(f"fenceline: {report.streams} log streams in the {source.name} store; copied {report.copied_bytes} bytes "
+          f"of {report.copied_streams} streams to the {target.name} store (the rest were there already)", flush=True)
+    if report.conflicts:
+        print(f"fenceline: {len(report.conflicts)} streams hold other bytes in the {target.name} store and were left "
+              f"as they are: {', '.join(report.conflicts[:20])}", file=sys.stderr, flush=True)
+        return EXIT_LOG_CONFLICTS
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from app.worker.main import run_worker
 
@@ -78,6 +112,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from app.worker.demo import run_demo
 
     return run_demo(keep=args.keep, timeout=args.timeout)
+
+
+def _store_name(value: str) -> str:
+    try:
+        return log_store_name(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _redacted(url: str) -> str:
@@ -98,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="upgrade the database to the latest revision")
     migrate.set_defaults(func=cmd_migrate)
+    logs = sub.add_parser("logs", help="attempt log stores").add_subparsers(dest="logs_command", required=True)
+    copy = logs.add_parser("copy", help="copy every stored log to another store (resumable, idempotent)")
+    copy.add_argument("--to", required=True, type=_store_name, help="file, database or s3://bucket/prefix")
+    copy.add_argument("--from", dest="source", type=_store_name,
+                      help="the store to copy from (default: the configured one, FENCELINE_LOG_STORE)")
+    copy.set_defaults(func=cmd_logs_copy)
     from app.worker.settings import add_arguments as worker_arguments
 
     worker = sub.add_parser("worker", help="run claimed tasks as local processes for one seat")

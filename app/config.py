@@ -3,8 +3,15 @@
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def log_store_name(value: str) -> str:
+    """A log store's name as FENCELINE_LOG_STORE and `fenceline logs copy` take it."""
+    if value in ("file", "database") or (value.startswith("s3://") and value[5:].strip("/")):
+        return value
+    raise ValueError(f"a log store is file, database or s3://bucket[/prefix], not {value!r}")
 
 
 class Settings(BaseSettings):
@@ -72,11 +79,21 @@ class Settings(BaseSettings):
     max_json_depth: int = Field(default=64, ge=8, le=256)
     max_free_form_depth: int = Field(default=32, ge=1, le=128)
 
-    # Attempt logs: a filesystem store (shared storage when several replicas serve one
-    # database), and limits per append request and per attempt stream.
+    # Attempt logs: the store (`file`, `database` or `s3://bucket/prefix`; unset: file on SQLite,
+    # database on PostgreSQL unless the log directory still holds logs — app/logs/stores.py),
+    # the file store's directory, how long an S3 call may take, limits per append request and
+    # per attempt stream, and how many days after its run ended a log is kept (unset: forever).
+    log_store: str | None = None
     log_dir: Path | None = None
+    log_store_timeout_seconds: float = Field(default=10.0, gt=0)
     log_max_request_bytes: int = 1024 * 1024
     log_max_attempt_bytes: int = 1024 * 1024 * 1024
+    log_retention_days: float | None = Field(default=None, gt=0)
+
+    @field_validator("log_store")
+    @classmethod
+    def _known_store(cls, value: str | None) -> str | None:
+        return None if value is None else log_store_name(value)
 
     @property
     def resolved_log_dir(self) -> Path:

@@ -21,8 +21,9 @@ from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
 from app.ingress import Ingress, Limits
+from app.logs import stores
+from app.logs.retention import Retention
 from app.logs.router import router as logs_router
-from app.logs.store import FileLogStore
 from app.operations import router as operations_router
 from app.orchestration.router import router as orchestration_router
 from app.problems import document_errors, install_error_handlers
@@ -45,7 +46,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 f"username {settings.admin_username!r} password {installation.generated_password!r}",
                 flush=True,
             )
-        reaper = ReaperThread(app.state.engine, settings) if settings.reaper_interval_seconds > 0 else None
+        if store_note is not None:
+            print(f"fenceline: {store_note}", flush=True)
+        retention = Retention.from_settings(settings, app.state.log_store)
+        reaper = ReaperThread(app.state.engine, settings, retention) if settings.reaper_interval_seconds > 0 else None
         if reaper is not None:
             reaper.start()
         yield
@@ -68,7 +72,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                    max_overflow=settings.database_max_overflow,
                                    pool_timeout=settings.database_pool_timeout_seconds)
     app.state.read_engine = reading(app.state.engine)
-    app.state.log_store = FileLogStore(settings.resolved_log_dir)
+    store_name, store_note = stores.choose(settings)
+    app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
     install_error_handlers(app)
     app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # before the URL check
     if settings.trusted_proxies:  # outermost: the client's address, as a trusted proxy names it

@@ -19,7 +19,8 @@ reaper_marks = Counter(
 )
 log_store_errors = Counter(
     "fenceline_log_store_errors",
-    "Log appends the log store could not write (answered 507 or 503), by errno name.",
+    "Log store operations refused because the store was full or unavailable (answered 507 or 503), by "
+    "reason: the errno name for the file store (enospc, erofs, eio, ...), database_* or bucket_* for the others.",
     ["reason"],
 )
 tokens_without_audience = Counter(

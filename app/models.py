@@ -3,7 +3,8 @@
 from app.auth.models import InstallationSecret, LoginFailure
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution, Seat
+from app.logs.models import LogChunk, LogRemoval
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 
-__all__ = ["DagRun", "Execution", "InstallationSecret", "LoginFailure", "Seat", "TaskAttempt", "TaskInstance",
-           "TaskInstanceHistory"]
+__all__ = ["DagRun", "Execution", "InstallationSecret", "LogChunk", "LogRemoval", "LoginFailure", "Seat",
+           "TaskAttempt", "TaskInstance", "TaskInstanceHistory"]

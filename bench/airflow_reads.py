@@ -4,7 +4,6 @@ it serves that log (sampled from /proc). Run: python bench/airflow_reads.py [--l
 
 import argparse
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -78,27 +77,17 @@ def run(backend: str, megabytes: int, reads: int) -> list[list[object]]:
         tries = timed(lambda: client.get(f"{base}/tries/tries", headers=operator).raise_for_status(), reads)
         one_try = timed(lambda: client.get(f"{base}/tries/logs/20", headers=operator,
                                            params={"full_content": "true"}).raise_for_status(), reads)
-        baseline, peak, stop = server.rss_bytes(), [0], threading.Event()
-
-        def sample() -> None:
-            while not stop.is_set():
-                peak[0] = max(peak[0], server.rss_bytes())
-                time.sleep(0.01)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
         results = {}
-        for name, accept in (("v2 json", "application/json"), ("v2 ndjson", "application/x-ndjson")):
-            def read(accept=accept) -> None:
-                with client.stream("GET", f"{base}/big/logs/1", headers={**operator, "Accept": accept},
-                                   params={"full_content": "true"}) as resp:
-                    resp.raise_for_status()
-                    for _ in resp.iter_bytes():
-                        pass
-            results[name] = timed(read, 3)
-        stop.set()
-        sampler.join()
-        mem = f"RSS {baseline / 2**20:.0f} MB before, peak {peak[0] / 2**20:.0f} MB while serving"
+        with server.peak_rss() as rss:
+            for name, accept in (("v2 json", "application/json"), ("v2 ndjson", "application/x-ndjson")):
+                def read(accept=accept) -> None:
+                    with client.stream("GET", f"{base}/big/logs/1", headers={**operator, "Accept": accept},
+                                       params={"full_content": "true"}) as resp:
+                        resp.raise_for_status()
+                        for _ in resp.iter_bytes():
+                            pass
+                results[name] = timed(read, 3)
+        mem = f"RSS {rss[0] / 2**20:.0f} MB before, peak {rss[1] / 2**20:.0f} MB while serving"
         size = f"{megabytes} MB log"
         return [[backend, *row("tries list (20 tries x 3 epochs)", tries)],
                 [backend, *row("log of one 3-epoch try", one_try)],

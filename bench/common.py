@@ -96,6 +96,24 @@ class Server:
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=120)
 
+    @contextlib.contextmanager
+    def peak_rss(self) -> Iterator[list[int]]:
+        """The server's resident memory [before, peak] while the block runs (sampled every 10 ms)."""
+        figures, stop = [self.rss_bytes(), 0], threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                figures[1] = max(figures[1], self.rss_bytes())
+                time.sleep(0.01)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            yield figures
+        finally:
+            stop.set()
+            sampler.join()
+
     def operator(self, client: httpx.Client) -> dict[str, str]:
         resp = client.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
         resp.raise_for_status()

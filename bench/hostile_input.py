@@ -57,32 +57,22 @@ def main() -> None:
     with Server(args.backend) as server:
         with server.client() as client:  # warm the server up as a client would
             server.operator(client)
-        baseline, peak, done = server.rss_bytes(), [0], threading.Event()
+        with server.peak_rss() as rss:
+            results: list[list[object]] = [[] for _ in requests]
 
-        def watch() -> None:
-            while not done.is_set():
-                peak[0] = max(peak[0], server.rss_bytes())
-                time.sleep(0.01)
+            def send(n: int, path: str, chunked: bool) -> None:
+                status, seconds, sent = hostile(server.url, path, args.megabytes, chunked)
+                results[n] = [path, "chunked" if chunked else "Content-Length", status, seconds * 1000, sent]
 
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        results: list[list[object]] = [[] for _ in requests]
-
-        def send(n: int, path: str, chunked: bool) -> None:
-            status, seconds, sent = hostile(server.url, path, args.megabytes, chunked)
-            results[n] = [path, "chunked" if chunked else "Content-Length", status, seconds * 1000, sent]
-
-        senders = [threading.Thread(target=send, args=(n, *r)) for n, r in enumerate(requests)]
-        for t in senders:
-            t.start()
-        for t in senders:
-            t.join()
-        time.sleep(0.5)  # what the server does after answering counts too
-        done.set()
-        watcher.join()
+            senders = [threading.Thread(target=send, args=(n, *r)) for n, r in enumerate(requests)]
+            for t in senders:
+                t.start()
+            for t in senders:
+                t.join()
+            time.sleep(0.5)  # what the server does after answering counts too
     print(f"{len(requests)} x {args.megabytes} MB bodies without a token ({args.backend})")
     print(table(["route", "framing", "answer", "ms to answer", "MB sent by then"], results))
-    print(f"server RSS: {baseline / 2**20:.1f} MB before, peak growth {(peak[0] - baseline) / 2**20:.1f} MB "
+    print(f"server RSS: {rss[0] / 2**20:.1f} MB before, peak growth {(rss[1] - rss[0]) / 2**20:.1f} MB "
           f"(goal < 20 MB)")
 
 

@@ -12,17 +12,19 @@ BARRIER_TIMEOUT = 30
 
 
 def race(server: Any, workers: list[Callable[[httpx.Client], T]]) -> list[T]:
-    """Run each worker in its own thread with its own HTTP client against `server`, all
+    """Run each worker in its own thread with its own HTTP client against `server` (or, given
+    a list of servers — replicas —, worker i against server i modulo their number), all
     released at once by a barrier; answers their results in order (re-raising any error)."""
+    servers = server if isinstance(server, list) else [server]
     barrier = threading.Barrier(len(workers), timeout=BARRIER_TIMEOUT)
 
-    def run(worker: Callable[[httpx.Client], T]) -> T:
+    def run(n: int, worker: Callable[[httpx.Client], T]) -> T:
         # Plain HTTP: verify=False skips loading a CA bundle (~50 ms a client).
-        with server.client(verify=False) as client:
+        with servers[n % len(servers)].client(verify=False) as client:
             client.get("/health").raise_for_status()  # connect before the start line
             barrier.wait()
             return worker(client)
 
     with ThreadPoolExecutor(max_workers=len(workers)) as pool:
-        futures = [pool.submit(run, w) for w in workers]
+        futures = [pool.submit(run, n, w) for n, w in enumerate(workers)]
         return [f.result(timeout=BARRIER_TIMEOUT * 4) for f in futures]

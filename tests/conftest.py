@@ -5,8 +5,11 @@ drops it at the end. The schema is built by the migrations, and tables are empti
 tests rather than wrapping each test in a transaction, so races get real connections.
 """
 
+import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -20,6 +23,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
+from sqlmodel import Session
 
 from app.config import Settings
 from app.db import make_engine, metadata
@@ -111,6 +115,19 @@ def client(make_client: Callable[..., TestClient]) -> TestClient:
 
 
 @pytest.fixture
+def put(client: TestClient, engine: Engine) -> Callable[..., int]:
+    """Append to a stream of `client`'s log store directly, as a replica (or an older version)
+    would have; committed. Answers the stream's size."""
+    def append(key: str, data: bytes, offset: int = 0) -> int:
+        with Session(engine) as session:
+            size = client.app.state.log_store.append(key, offset, data, session=session)
+            session.commit()
+        return size
+
+    return append
+
+
+@pytest.fixture
 def operator(client: TestClient) -> Operator:
     """The operator, logged in on `client`."""
     return Operator(client)
@@ -159,3 +176,44 @@ def live_server_module(db_url: str, engine: Engine) -> Iterator[LiveServer]:
     """One live server for a module's tests (its tables are still emptied after each test)."""
     with LiveServer(create_app(app_settings(db_url))) as server:
         yield server
+
+
+S3_BUCKET = "fenceline-test"
+
+
+@pytest.fixture(scope="session")
+def s3_bucket() -> Iterator[str]:
+    """A bucket on moto's standalone server, the S3-compatible stand-in (this machine has no
+    MinIO): a real HTTP endpoint on a loopback port that boto3 talks to as to any bucket. The
+    standard AWS_* variables point every client of this test session (and the servers it
+    starts) at it."""
+    import boto3
+
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    variables = {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(endpoint, timeout=1)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("moto's S3 server did not start") from None
+                time.sleep(0.1)
+        boto3.client("s3").create_bucket(Bucket=S3_BUCKET)
+        yield S3_BUCKET
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        process.terminate()
+        process.wait(timeout=20)

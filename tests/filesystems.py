@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from app.logs.store import os_faults
+
 
 @contextmanager
 def tmpfs(size: str) -> Iterator[Path | None]:
@@ -56,20 +58,19 @@ def remount_read_only(path: Path) -> None:
 
 
 class FailingStore:
-    """A log store whose writes fail with `code`: an OSError injected at the store boundary,
-    for faults no test can make a real file system produce (EIO), or where none can be mounted."""
+    """A file log store whose appends fail with `code`: the OSError injected at the store
+    boundary (and turned into the store's fault there, as the file store does), for faults no
+    test can make a real file system produce (EIO), or where none can be mounted."""
 
     def __init__(self, store: Any, code: int) -> None:
         self.store, self.code = store, code
 
-    def size(self, key: str) -> int | None:
-        return self.store.size(key)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
 
-    def append(self, key: str, offset: int, data: bytes) -> int:
-        raise OSError(self.code, os.strerror(self.code))
-
-    def read(self, key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
-        return self.store.read(key, start, end)
+    def append(self, key: str, offset: int, data: bytes, *, session: Any = None) -> int:
+        with os_faults():
+            raise OSError(self.code, os.strerror(self.code))
 
 
 class LogDisk:

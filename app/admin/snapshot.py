@@ -22,8 +22,10 @@ from app.orchestration.schemas import Ident, RunId
 from app.schemas import FreeForm, unstorable
 
 FORMAT = "fenceline-snapshot/1"
-# Per-installation secrets and the login throttle's counts do not travel with the data.
-EXCLUDED = {"installation_secrets", "login_failures", "alembic_version"}
+# Per-installation secrets and the login throttle's counts do not travel with the data, and
+# logs stay out: they live in the log store (even when that is the database), and
+# `fenceline logs copy` moves them.
+EXCLUDED = {"installation_secrets", "login_failures", "alembic_version", "log_chunks"}
 # The API's validators of what a client names (identifiers become log paths and URLs) and of
 # free-form fields, applied to the same columns of a restored row.
 RULES: dict[str, dict[str, TypeAdapter[Any]]] = {

@@ -20,6 +20,7 @@ from app.db import is_postgres, utcnow
 from app.execution.attempts import close_attempt
 from app.execution.key import AttemptKey
 from app.identity.models import Execution
+from app.logs.retention import Retention
 from app.metrics import reaper_marks
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
@@ -102,10 +103,11 @@ def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datet
     return moved is not None
 
 
-def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff,
-          now: datetime | None = None) -> dict[str, int] | None:
-    """One sweep: due retries and reschedules are promoted, lost attempts marked. None when
-    another replica holds the sweep lock."""
+def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: datetime | None = None,
+          retention: Retention | None = None) -> dict[str, int] | None:
+    """One sweep: due retries and reschedules are promoted, lost attempts marked, and with
+    `retention` the logs of a few expired runs removed. None when another replica holds the
+    sweep lock."""
     now = now or utcnow()
     postgres = is_postgres(session)
     if postgres and not session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": SWEEP_LOCK_KEY}).scalar():
@@ -117,14 +119,16 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff,
     # Promotion locks task instances without their runs, so it comes after the marks (which
     # lock runs first): a sweep never waits for a run while holding a task instance.
     promote_eligible(session=session, now=now, skip_locked=postgres)
+    if retention is not None and (removed := retention.sweep(session=session, now=now)):
+        log.info("retention removed the logs of %d runs", removed)
     return marked
 
 
 class ReaperThread:
     """The periodic sweep of one replica, on its own thread and sessions."""
 
-    def __init__(self, engine: Engine, settings: Settings) -> None:
-        self.engine, self.settings = engine, settings
+    def __init__(self, engine: Engine, settings: Settings, retention: Retention | None = None) -> None:
+        self.engine, self.settings, self.retention = engine, settings, retention
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="fenceline-reaper", daemon=True)
 
@@ -141,7 +145,7 @@ class ReaperThread:
         while not self.stop_event.wait(self.settings.reaper_interval_seconds):
             try:
                 with Session(self.engine) as session:
-                    marked = sweep(session=session, thresholds=thresholds, backoff=backoff)
+                    marked = sweep(session=session, thresholds=thresholds, backoff=backoff, retention=self.retention)
                     session.commit()
                 if marked:
                     log.info("reaper marked %s", marked)

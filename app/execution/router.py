@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 
 from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
-from app.deps import SessionDep
+from app.deps import SessionDep, StoreDep
 from app.errors import AppError
 from app.execution import attempts, dispatch, fence, observations, operator, reapers
 from app.execution.schemas import (
@@ -25,6 +25,7 @@ from app.execution.schemas import (
     WorkItem,
     WorkItems,
 )
+from app.logs.retention import Retention
 from app.orchestration import runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
@@ -107,10 +108,11 @@ def list_attempts(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> Atte
 
 
 @router.post("/v1/admin/reap", tags=["admin"])
-def reap(session: SessionDep, request: Request, _: OperatorDep) -> SweepResult:
-    """Run one reaper sweep now."""
-    marked = reapers.sweep(session=session, thresholds=reapers.Thresholds.from_settings(request.app.state.settings),
-                           backoff=backoff(request))
+def reap(session: SessionDep, store: StoreDep, request: Request, _: OperatorDep) -> SweepResult:
+    """Run one reaper sweep now (retention included, when it is set)."""
+    settings = request.app.state.settings
+    marked = reapers.sweep(session=session, thresholds=reapers.Thresholds.from_settings(settings),
+                           backoff=backoff(request), retention=Retention.from_settings(settings, store))
     return SweepResult(marked=marked or {}, swept=marked is not None)
 
 

@@ -7,10 +7,10 @@ being assembled in memory: every segment but the last is immutable, because a su
 epoch can no longer append.
 """
 
-import errno
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlmodel import Session
 
@@ -20,8 +20,8 @@ from app.execution import history
 from app.execution.fence import current_attempt
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution
+from app.logs.models import LogRemoval
 from app.logs.store import LogConflict, LogGap, LogStore
-from app.metrics import log_store_errors
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.runs import get_task_instance
@@ -44,16 +44,13 @@ def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: i
     ti = current_attempt(session, token)
     key = log_key(ti, token.try_number, token.attempt_epoch or 0)
     data = content.encode()
+    # An append ending within the limit cannot grow the stream past it (bytes before its offset
+    # are already stored), so the store is asked for its size only to explain a refusal.
+    if offset + len(data) > max_attempt_bytes:
+        raise AppError(413, "log-too-large", "Log too large", f"This attempt's log would exceed {max_attempt_bytes} "
+                       "bytes.", stored_size=store.size(key, session=session) or 0)
     try:
-        stored = store.size(key) or 0
-        if max(stored, offset + len(data)) > max_attempt_bytes:
-            raise AppError(413, "log-too-large", "Log too large",
-                           f"This attempt's log would exceed {max_attempt_bytes} bytes.", stored_size=stored)
-        return store.append(key, offset, data)
-    except OSError as exc:
-        if (fault := store_fault(exc)) is None:
-            raise
-        raise fault from exc
+        return store.append(key, offset, data, session=session)
     except LogGap as gap:
         raise AppError(409, "log-offset-gap", "Log offset gap",
                        f"offset {offset} is past the stored end {gap.stored}; resend from there.",
@@ -64,34 +61,14 @@ def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: i
                        stored_size=clash.stored) from None
 
 
-# What the store's file system says, and what the client hears: a full one is the operator's
-# to free (507), an unwritable one may come back (503); any other error is a bug to see.
-_FULL = {errno.ENOSPC, errno.EDQUOT}
-_UNAVAILABLE = {errno.EROFS, errno.EIO}
-
-
-def store_fault(exc: OSError) -> AppError | None:
-    """The refusal of an append the log store could not write (nothing was recorded), counted
-    in fenceline_log_store_errors_total{reason}; None when `exc` is no storage fault."""
-    if exc.errno not in _FULL | _UNAVAILABLE:
-        return None
-    log_store_errors.labels(reason=errno.errorcode[exc.errno].lower()).inc()
-    if exc.errno in _FULL:
-        return AppError(507, "log-store-full", "Log store full",
-                        "The log store's file system is full; nothing was written. Retry once space is freed.")
-    error = AppError(503, "log-store-unavailable", "Log store unavailable",
-                     f"The log store cannot write ({exc.strerror}); nothing was written. Retry later.")
-    error.headers = {"Retry-After": "5"}
-    return error
-
-
 @dataclass(frozen=True)
 class Segment:
-    """One epoch's part of a try's log: its system line, then its stream's first `size` bytes."""
+    """One epoch's part of a try's log: its system line, then its stream's first `size` bytes
+    (a removed log ends with a segment that is only retention's line: no epoch, no stream)."""
 
-    epoch: int
+    epoch: int | None
     header: bytes
-    key: str
+    key: str | None
     size: int
 
     @property
@@ -125,23 +102,37 @@ def _header(try_number: int, attempt: TaskAttempt | None, epoch: int, previous: 
     return f"{SYSTEM_PREFIX} try {try_number} epoch {epoch} on {runner} — {why}\n".encode()
 
 
+def _removed_at(session: Session, ti: TaskInstance, attempts: list[TaskAttempt]) -> datetime | None:
+    """When retention removed this try's log: its run's logs were removed after every epoch of
+    the try was claimed (a try claimed later, after the run was cleared, keeps its log)."""
+    removal = session.get(LogRemoval, ti.dag_run_id)
+    if removal is None or any(a.claimed_at >= removal.removed_at for a in attempts):
+        return None
+    return removal.removed_at
+
+
 def try_log(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: int) -> TryLog:
     """The segments of one try's log, sized as stored now. 404 for a try that never existed."""
     ti = get_task_instance(session=session, ti_id=ti_id)
     if not 1 <= try_number <= ti.try_number:
         raise not_found("try", f"Task instance {ti_id} has no try {try_number}.")
     attempts = history.try_epochs(session, ti, try_number)
+    removed = _removed_at(session, ti, attempts)
     by_epoch: dict[int, TaskAttempt | None] = {a.attempt_epoch: a for a in attempts}
-    if 0 not in by_epoch and store.size(log_key(ti, try_number, 0)) is not None:
+    if 0 not in by_epoch and not removed and store.size(log_key(ti, try_number, 0), session=session) is not None:
         by_epoch[0] = None  # a legacy stream written before the fence
     runners = history.runners(session, attempts)
     segments, previous = [], None
     for epoch in sorted(by_epoch):
         attempt = by_epoch[epoch]
         key = log_key(ti, try_number, epoch)
-        segments.append(Segment(epoch, _header(try_number, attempt, epoch, previous, runners), key,
-                                store.size(key) or 0))
+        size = 0 if removed else store.size(key, session=session) or 0
+        segments.append(Segment(epoch, _header(try_number, attempt, epoch, previous, runners), key, size))
         previous = attempt
+    if removed:
+        line = f"{SYSTEM_PREFIX} log removed by retention on {removed:%Y-%m-%d %H:%M:%S} UTC\n"
+        segments.append(Segment(None, line.encode(), None, 0))
+        return TryLog(segments, finished=True)
     live = try_number == ti.try_number and ti.state not in (*s.FINISHED, s.UP_FOR_RETRY)
     return TryLog(segments, finished=not live)
 
@@ -159,5 +150,5 @@ def read(store: LogStore, log: TryLog, start: int = 0, end: int | None = None) -
         header = len(seg.header)
         if lo < header:
             yield seg.header[lo:min(hi, header)]
-        if hi > header:
+        if hi > header and seg.key is not None:
             yield from store.read(seg.key, max(lo, header) - header, hi - header)

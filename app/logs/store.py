@@ -1,17 +1,28 @@
-"""The log store: append-only byte streams under keys.
+"""The log store contract: append-only byte streams under keys, and its faults.
 
-`FileLogStore` keeps each key as a file under a root directory. An append is idempotent under
-retry: the writer says at which offset it believes the stream ends; bytes already stored are
-not written twice (and must be the same bytes), and a gap is refused. Data is fsynced before the append returns, and a
-crash mid-append can only leave a torn tail after every earlier chunk, never corrupt one.
-Several processes may append to one store: a per-file lock orders them.
+Every store keeps the same guarantees. An append is idempotent under retry: the writer says at
+which offset it believes the stream ends; bytes already stored are not written twice (and must
+be the same bytes, else LogConflict), and a gap is refused (LogGap). Two writers appending at
+one offset at once never both win. Reads stream in chunks, never loading a stream whole.
+
+A store that cannot do what it is asked raises a LogStoreFault at its boundary, having recorded
+nothing: LogStoreFull (the disk, quota or database is full) or LogStoreUnavailable (read-only,
+an I/O error, refused, timed out). app/problems.py turns those into HTTP answers, in one place.
+
+Three stores implement it: FileLogStore (here), DatabaseLogStore (app/logs/database.py) and
+S3LogStore (app/logs/s3.py); app/logs/stores.py picks one from FENCELINE_LOG_STORE.
 """
 
+import errno
 import fcntl
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
+
+from sqlmodel import Session
 
 CHUNK = 64 * 1024
 
@@ -32,17 +43,52 @@ class LogConflict(Exception):
         self.stored = stored
 
 
+class LogStoreFault(Exception):
+    """The store could not do what it was asked, and recorded nothing. The message says what
+    the store answered; `reason` labels it in fenceline_log_store_errors_total (the errno name
+    for the file store: enospc, erofs, eio, …)."""
+
+    def __init__(self, detail: str, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class LogStoreFull(LogStoreFault):
+    """No room: a full disk or database, a quota reached."""
+
+
+class LogStoreUnavailable(LogStoreFault):
+    """Read-only, an I/O error, refused or timed out: worth retrying later."""
+
+
 class LogStore(Protocol):
-    def size(self, key: str) -> int | None:
+    """Keys are `/`-separated relative paths (app/logs/service.py `log_key`). Writes and the
+    sizes read while a request runs go through that request's `session` (a store that keeps its
+    data or its chunk index in the database joins the request's transaction, so a refused request
+    leaves nothing behind); `read` and `keys` open their own short connections, because a
+    streamed answer outlives the request's transaction."""
+
+    name: str  # as FENCELINE_LOG_STORE names it
+
+    def size(self, key: str, *, session: Session) -> int | None:
         """The stream's length in bytes; None if it does not exist."""
 
-    def append(self, key: str, offset: int, data: bytes) -> int:
-        """Store `data` as the bytes from `offset`; answers the new length. LogGap if
-        `offset` is beyond the end; bytes before the end must equal what is stored (a retry),
-        else LogConflict."""
+    def append(self, key: str, offset: int, data: bytes, *, session: Session) -> int:
+        """Store `data` as the bytes from `offset`; answers the new length. LogGap if `offset` is
+        beyond the end; bytes before the end must equal what is stored (a retry), else
+        LogConflict. Durable once the session commits."""
 
     def read(self, key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
-        """The stream's bytes in [start, end), in chunks."""
+        """The stream's bytes in [start, end), in chunks; nothing for a stream that does not exist."""
+
+    def delete(self, keys: Iterable[str], *, session: Session) -> None:
+        """Remove these streams (those that do not exist are skipped)."""
+
+    def keys(self) -> Iterator[str]:
+        """Every stored key, each once."""
+
+    def probe(self) -> None:
+        """Write and read back a probe object (readiness); a LogStoreFault when that fails."""
 
 
 def _safe(key: str) -> str:
@@ -52,43 +98,69 @@ def _safe(key: str) -> str:
     return key
 
 
-def _undo(fd: int, size: int, created: Path | None) -> None:
-    """Put a stream back as it was before a failed append (best effort: the file system that
-    failed the write may fail this too, and the first error is the one to report)."""
+# What the file system says, as the store's fault: a full one is the operator's to free, an
+# unwritable one may come back; any other OSError is a bug to see, not a fault to retry.
+_FULL = {errno.ENOSPC, errno.EDQUOT}
+_UNAVAILABLE = {errno.EROFS, errno.EIO}
+
+
+@contextmanager
+def os_faults() -> Iterator[None]:
+    """An OSError of the file system as the store's fault, labelled with its errno name."""
     try:
-        if created is not None:
-            created.unlink(missing_ok=True)
-        else:
-            os.ftruncate(fd, size)
-    except OSError:
-        pass
+        yield
+    except OSError as exc:
+        if exc.errno not in _FULL | _UNAVAILABLE:
+            raise
+        fault = LogStoreFull if exc.errno in _FULL else LogStoreUnavailable
+        raise fault(exc.strerror or str(exc), errno.errorcode[exc.errno].lower()) from exc
+
+
+MOVED_MARKER = "MOVED"  # written by `fenceline logs copy` once every stream was copied elsewhere
 
 
 class FileLogStore:
+    """Each key is a file under a root directory. Data is fsynced before the append returns,
+    and a crash mid-append can only leave a torn tail after every earlier chunk, never corrupt
+    one. Several processes (replicas on shared storage) may append to one store: a per-file
+    lock orders them."""
+
+    name = "file"
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
     def _path(self, key: str) -> Path:
         return self.root / _safe(key)
 
-    def size(self, key: str) -> int | None:
+    def size(self, key: str, *, session: Session | None = None) -> int | None:
         try:
-            return self._path(key).stat().st_size
+            with os_faults():
+                return self._path(key).stat().st_size
         except FileNotFoundError:
             return None
 
-    def append(self, key: str, offset: int, data: bytes) -> int:
-        """An OSError (a full or read-only file system, an I/O error) leaves the stream as it
-        was: a partly written chunk is cut off again, and a stream this append created is
-        removed."""
+    def append(self, key: str, offset: int, data: bytes, *, session: Session | None = None) -> int:
+        """A failed write (a full or read-only file system, an I/O error) leaves the stream as it
+        was: a partly written chunk is cut off again, and a stream this append created is removed."""
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        with os_faults():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            while (stored := self._append(path, offset, data)) is None:
+                pass  # the stream was removed while we waited for its lock (a failed append undone)
+            return stored
+
+    @staticmethod
+    def _append(path: Path, offset: int, data: bytes) -> int | None:
         created = not path.exists()
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         stored = 0
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            stored = os.fstat(fd).st_size
+            status = os.fstat(fd)
+            if status.st_nlink == 0:
+                return None
+            stored = status.st_size
             if offset > stored:
                 raise LogGap(stored)
             overlap = min(stored - offset, len(data))
@@ -108,7 +180,7 @@ class FileLogStore:
                     os.close(dir_fd)
             return stored + len(fresh)
         except OSError:
-            _undo(fd, stored, path if created else None)
+            _undo(fd, stored, path if created and stored == 0 else None)
             raise
         finally:
             os.close(fd)  # closing releases the lock
@@ -118,7 +190,7 @@ class FileLogStore:
             handle = self._path(key).open("rb")
         except FileNotFoundError:
             return
-        with handle:
+        with handle, os_faults():
             handle.seek(start)
             remaining = None if end is None else max(0, end - start)
             while remaining is None or remaining > 0:
@@ -128,3 +200,55 @@ class FileLogStore:
                 if remaining is not None:
                     remaining -= len(chunk)
                 yield chunk
+
+    def delete(self, keys: Iterable[str], *, session: Session | None = None) -> None:
+        with os_faults():
+            for key in keys:
+                self._path(key).unlink(missing_ok=True)
+
+    def keys(self) -> Iterator[str]:
+        """The `.log` files under the root (the probe and the moved marker are not streams)."""
+        for directory, _, files in os.walk(self.root):
+            base = Path(directory).relative_to(self.root)
+            for name in sorted(files):
+                if name.endswith(".log"):
+                    yield (base / name).as_posix()
+
+    def probe(self) -> None:
+        path = self.root / ".probe" / uuid.uuid4().hex
+        payload = path.name.encode()
+        with os_faults():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.write_bytes(payload)
+                if path.read_bytes() != payload:
+                    raise LogStoreUnavailable(f"the probe object {path} read back different bytes", "probe")
+            finally:
+                path.unlink(missing_ok=True)
+
+    # --- moving off the file store (`fenceline logs copy`) ----------------------------------
+
+    def moved_to(self) -> str | None:
+        """The store every stream here was copied to, if `fenceline logs copy` finished one."""
+        try:
+            return (self.root / MOVED_MARKER).read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def mark_moved(self, target: str) -> None:
+        (self.root / MOVED_MARKER).write_text(target + "\n")
+
+    def holds_logs(self) -> bool:
+        return next(self.keys(), None) is not None
+
+
+def _undo(fd: int, size: int, created: Path | None) -> None:
+    """Put a stream back as it was before a failed append (best effort: the file system that
+    failed the write may fail this too, and the first error is the one to report)."""
+    try:
+        if created is not None:
+            created.unlink(missing_ok=True)
+        else:
+            os.ftruncate(fd, size)
+    except OSError:
+        pass

@@ -17,7 +17,7 @@ def _ts() -> Any:
 
 class DagRun(SQLModel, table=True):
     __tablename__ = "dag_runs"
-    __table_args__ = (UniqueConstraint("dag_id", "run_id"),)
+    __table_args__ = (UniqueConstraint("dag_id", "run_id"), Index("ix_dag_runs_ended_at", "ended_at"))
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     dag_id: str = Field(max_length=250)

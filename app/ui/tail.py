@@ -18,7 +18,7 @@ READ_BYTES = 64 * 1024  # the most one reading takes from the store
 @dataclass(frozen=True)
 class Line:
     text: str
-    kind: str  # "line" (the task's output), "system" (the try's first epoch begins) or "replace"
+    kind: str  # "line" (the task's output), "system" (the try's first epoch begins, or retention's line) or "replace"
     epoch: int | None = None  # a system line's epoch
 
 
@@ -56,5 +56,6 @@ def read_lines(store: LogStore, log: logs.TryLog, start: int | None, limit: int 
     for a, b in zip(bounds, bounds[1:], strict=False):
         text = data[a - first:b - first].decode(errors="replace").removesuffix("\n").removesuffix("\r")
         index, epoch = opens.get(a, (None, None))
-        lines.append(Line(text, "line" if index is None else "replace" if index else "system", epoch))
+        kind = "line" if index is None else "replace" if index and epoch is not None else "system"
+        lines.append(Line(text, kind, epoch))
     return Tail(begin, end, lines if end > begin else [], finished=log.finished and end == size, more=stop < size)

@@ -5,7 +5,6 @@ import threading
 import time
 
 from tests.api import ADMIN_PASSWORD, Operator, Worker
-from tests.conftest import TEST_DATA_DIR
 
 V2 = "/api/v2/dags/dag/dagRuns/run/taskInstances/t/logs/1"
 V1 = "/api/v1/dags/dag/dagRuns/run/taskInstances/t/logs/1"
@@ -70,11 +69,9 @@ class TestV2:
         resp = operator.get("/api/v2/dags/dag/dagRuns/run/taskInstances/t/logs/x")
         assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["path", "try_number"]
 
-    def test_a_legacy_epoch_zero_object_is_served(self, operator):
+    def test_a_legacy_epoch_zero_object_is_served(self, operator, put):
         operator.create_run()
-        legacy = TEST_DATA_DIR / "logs" / "dag" / "run" / "t" / "-1" / "1.log"
-        legacy.parent.mkdir(parents=True, exist_ok=True)
-        legacy.write_bytes(b"from before the fence\n")
+        put("dag/run/t/-1/1.log", b"from before the fence\n")
         events = [m["event"] for m in operator.get(V2).json()["content"]]
         assert events[-1] == "from before the fence" and events[0].startswith("::fenceline:: try 1 epoch 0")
 

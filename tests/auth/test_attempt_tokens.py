@@ -14,7 +14,7 @@ from sqlalchemy import update
 from app.auth.tokens import KeyRing, mint
 from app.orchestration.models import TaskInstance
 from tests.api import Operator, Worker, assert_problem, assert_stale, bearer, task, ti_ids
-from tests.conftest import JWT_SECRET, TEST_DATA_DIR
+from tests.conftest import JWT_SECRET
 from tests.scrape import sample
 
 KEYS = KeyRing("k1", {"k1": JWT_SECRET})
@@ -109,8 +109,7 @@ class TestLegacyToken:
         resp = client.post("/v1/attempts/logs", json={"offset": 0, "content": "from a legacy agent\n"},
                            headers=bearer(token))
         assert resp.json() == {"size": 20}
-        stored = TEST_DATA_DIR / "logs" / "dag" / "run" / "a" / "-1"
-        assert (stored / "1.log").read_bytes() == b"from a legacy agent\n"
+        assert b"".join(client.app.state.log_store.read("dag/run/a/-1/1.log")) == b"from a legacy agent\n"
         log = operator.log(ti["ti_id"])
         assert log.index("from a legacy agent") < log.index("from the claimed agent")
         assert_stale(client.post("/v1/attempts/logs", json={"offset": 20, "content": "x"},

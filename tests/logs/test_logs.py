@@ -1,16 +1,14 @@
 """Attempt log ingest and a try's log across epochs."""
 
 from tests.api import Operator, Worker, assert_problem, assert_stale, task
-from tests.conftest import TEST_DATA_DIR
 
 
 class TestAppend:
-    def test_append_stores_under_the_epoch_key(self, operator):
+    def test_append_stores_under_the_epoch_key(self, operator, store):
         operator.create_run()
         attempt = Worker(operator).claim_one()
         assert attempt.append_log(0, "hello\n") == {"size": 6}
-        stored = TEST_DATA_DIR / "logs" / "dag" / "run" / "t" / "-1" / f"1.e{attempt.epoch}.log"
-        assert stored.read_bytes() == b"hello\n"
+        assert b"".join(store.read(f"dag/run/t/-1/1.e{attempt.epoch}.log")) == b"hello\n"
 
     def test_a_retried_chunk_is_not_written_twice(self, operator):
         operator.create_run()
@@ -43,8 +41,8 @@ class TestAppend:
         worker.claim_one()
         assert_stale(first.send_log(0, "late\n"))
 
-    def test_request_and_attempt_limits_are_413(self, make_client):
-        limited = Operator(make_client(log_max_request_bytes=8, log_max_attempt_bytes=12))
+    def test_request_and_attempt_limits_are_413(self, make_client, store_name):
+        limited = Operator(make_client(log_store=store_name, log_max_request_bytes=8, log_max_attempt_bytes=12))
         limited.create_run()
         attempt = Worker(limited).claim_one()
         assert_problem(attempt.send_log(0, "x" * 9), 413, "payload-too-large")
@@ -89,11 +87,9 @@ class TestTryLog:
         text = operator.log(_ti(operator))
         assert text.count("::fenceline::") == 2 and "dispatch_failed" in text and text.endswith("ran\n")
 
-    def test_a_legacy_epoch_zero_object_is_still_served(self, operator):
+    def test_a_legacy_epoch_zero_object_is_still_served(self, operator, put):
         operator.create_run()
-        legacy = TEST_DATA_DIR / "logs" / "dag" / "run" / "t" / "-1" / "1.log"
-        legacy.parent.mkdir(parents=True, exist_ok=True)
-        legacy.write_bytes(b"written before the fence\n")
+        put("dag/run/t/-1/1.log", b"written before the fence\n")
         text = operator.log(_ti(operator))
         assert text.count("::fenceline::") == 1 and text.endswith("written before the fence\n")
 
@@ -101,3 +97,10 @@ class TestTryLog:
         operator.create_run()
         resp = operator.get(f"/v1/task-instances/{_ti(operator)}/tries/2/log")
         assert resp.status_code == 404
+
+
+def test_logs_stay_out_of_the_snapshot(operator):
+    operator.create_run()
+    Worker(operator).claim_one().append_log(0, "not exported\n")
+    snapshot = operator.get("/v1/admin/snapshot")
+    assert "log_chunks" not in snapshot.json()["tables"] and "not exported" not in snapshot.text

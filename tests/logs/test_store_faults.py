@@ -19,7 +19,7 @@ def disk(make_client):
     """A client whose log store lives on a 1 MiB tmpfs (or, where none can be mounted, on the
     test data directory with faults injected), and that file system."""
     with tmpfs("1m") as mount:
-        client = make_client(**({"log_dir": mount} if mount else {}))
+        client = make_client(log_store="file", **({"log_dir": mount} if mount else {}))
         yield LogDisk(client.app, mount), Operator(client)
 
 
@@ -71,15 +71,16 @@ class TestUnavailableStore:
         assert operator.log(attempt.ti_id) == before
         assert store_errors(operator, "erofs") == counted + 1
 
-    def test_an_io_error_is_503(self, client, operator):
+    def test_an_io_error_is_503(self, make_client):
         """No file system a test can mount fails with EIO on demand: injected at the store."""
-        attempt = running_attempt(operator)
+        client = make_client(log_store="file")
+        attempt = running_attempt(Operator(client))
         client.app.state.log_store = FailingStore(client.app.state.log_store, errno.EIO)
         assert_problem(attempt.send_log(0, "line\n"), 503, "log-store-unavailable")
 
 
 def test_the_connection_stays_open(db_url, engine):
-    app = create_app(app_settings(db_url))
+    app = create_app(app_settings(db_url, log_store="file"))
     with LiveServer(app) as server:
         attempt = running_attempt(Operator(server.client()))
         app.state.log_store = FailingStore(app.state.log_store, errno.ENOSPC)

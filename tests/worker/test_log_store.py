@@ -9,7 +9,7 @@ from tests.worker.conftest import GATED, python_task, wait_until
 class TestFullLogStore:
     def test_the_log_waits_on_the_worker_and_arrives_once(self, serve, workers, tmp_path):
         with tmpfs("1m") as mount:
-            server = serve(**({"log_dir": mount} if mount else {}))
+            server = serve(log_store="file", **({"log_dir": mount} if mount else {}))
             disk = LogDisk(server.server.config.app, mount)
             operator = Operator(server.client())
             disk.fill()

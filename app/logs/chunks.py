@@ -1,0 +1,163 @@
+"""Stores whose streams are chunks listed in the database (the log_chunks table).
+
+A stream is the sequence of its chunks in offset order; each chunk starts exactly where the one
+before it ended. An append inserts the chunk that starts at the stream's current end, and the
+table's primary key (store, key, start_offset) is its compare-and-swap: of two writers that both
+saw the stream end at N, exactly one inserts the chunk at N; the other finds it there and is
+judged against it (the same bytes: accepted once; different ones: LogConflict). The write joins
+the request's transaction, so a refused or failed request leaves no chunk behind.
+
+Subclasses say where a chunk's bytes live: in the row (DatabaseLogStore) or in an object the
+row names (S3LogStore).
+"""
+
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, Row, delete, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlmodel import Session
+
+from app.db import DatabaseFault, database_fault, insert_ignore, reading
+from app.logs.models import LogChunk
+from app.logs.store import LogConflict, LogGap, LogStoreFull, LogStoreUnavailable
+
+CHUNKS = LogChunk.__table__
+_IDENTITY = ["store", "key", "start_offset"]
+
+
+@contextmanager
+def database_faults() -> Iterator[None]:
+    """A database fault as the store's own: full, or unavailable (busy, no connection, lost);
+    any other database error is a bug and stays one."""
+    try:
+        yield
+    except (DBAPIError, PoolTimeoutError) as exc:
+        fault = database_fault(exc)
+        if fault is None:
+            raise
+        if fault is DatabaseFault.FULL:
+            raise LogStoreFull(fault.detail, "database_full") from exc
+        raise LogStoreUnavailable(fault.detail, "database_unavailable") from exc
+
+
+class ChunkedLogStore:
+    """The LogStore contract over log_chunks rows. Reads that outlive a request (a streamed
+    answer) take short read-only connections of their own from `engine`, a page of chunks each."""
+
+    name: str
+    columns: tuple[str, ...]  # what `_bytes` needs of a row, besides its offsets
+    page = 16  # chunks per read query
+
+    def __init__(self, name: str, engine: Engine) -> None:
+        self.name, self.engine, self.reader = name, engine, reading(engine)
+
+    # --- where a chunk's bytes live -------------------------------------------------------
+
+    def _put(self, key: str, start: int, data: bytes) -> dict[str, Any]:
+        """Store a chunk's bytes; answers the row's columns that find them again."""
+        raise NotImplementedError
+
+    def _discard(self, values: dict[str, Any]) -> None:
+        """Forget bytes `_put` stored for a chunk that lost its race."""
+
+    def _bytes(self, row: Row, lo: int, hi: int) -> Iterator[bytes]:
+        """Bytes [lo, hi) of the chunk in `row`, counted from the chunk's start."""
+        raise NotImplementedError
+
+    def _erase(self, session: Session, keys: list[str]) -> None:
+        """Remove the bytes of these streams kept outside their rows (before the rows go)."""
+
+    # --- the contract -----------------------------------------------------------------------
+
+    def _select(self, key: str) -> Any:
+        cols = [CHUNKS.c.start_offset, CHUNKS.c.end_offset, *(CHUNKS.c[c] for c in self.columns)]
+        return (select(*cols).where(CHUNKS.c.store == self.name, CHUNKS.c.key == key)
+                .order_by(CHUNKS.c.start_offset))
+
+    def size(self, key: str, *, session: Session) -> int | None:
+        with database_faults():
+            return session.execute(
+                select(CHUNKS.c.end_offset).where(CHUNKS.c.store == self.name, CHUNKS.c.key == key)
+                .order_by(CHUNKS.c.start_offset.desc()).limit(1)).scalar()
+
+    def append(self, key: str, offset: int, data: bytes, *, session: Session) -> int:
+        """Insert the chunk at the stream's end; a lost race is judged again against the winner."""
+        while True:
+            stored = self.size(key, session=session) or 0
+            if offset > stored:
+                raise LogGap(stored)
+            overlap = min(stored - offset, len(data))
+            if overlap and self._stored(session, key, offset, offset + overlap) != data[:overlap]:
+                raise LogConflict(stored)
+            fresh = data[stored - offset:]
+            if not fresh:
+                return stored
+            values = self._put(key, stored, fresh)
+            row = {"store": self.name, "key": key, "start_offset": stored, "end_offset": stored + len(fresh)}
+            with database_faults():
+                won = insert_ignore(session, CHUNKS, {**row, **values}, _IDENTITY)
+            if won:
+                return stored + len(fresh)
+            self._discard(values)
+
+    def _stored(self, session: Session, key: str, start: int, end: int) -> bytes:
+        """Stored bytes [start, end), read in the writer's transaction (only a retry's overlap)."""
+        with database_faults():
+            rows = session.execute(self._select(key).where(CHUNKS.c.end_offset > start,
+                                                           CHUNKS.c.start_offset < end)).all()
+        return b"".join(b"".join(self._bytes(row, max(start, row.start_offset) - row.start_offset,
+                                             min(end, row.end_offset) - row.start_offset)) for row in rows)
+
+    def read(self, key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        position, first = start, True
+        while end is None or position < end:
+            query = self._select(key).limit(self.page)
+            # Chunks are contiguous: after the first page, the next one starts where we are.
+            query = query.where(CHUNKS.c.end_offset > position) if first else \
+                query.where(CHUNKS.c.start_offset >= position)
+            if end is not None:
+                query = query.where(CHUNKS.c.start_offset < end)
+            with database_faults(), self.reader.connect() as conn:
+                rows = conn.execute(query).all()
+            for row in rows:
+                hi = row.end_offset if end is None else min(end, row.end_offset)
+                yield from self._bytes(row, position - row.start_offset, hi - row.start_offset)
+                position = hi
+            if len(rows) < self.page:
+                return
+            first = False
+
+    def delete(self, keys: Iterable[str], *, session: Session) -> None:
+        keys = list(keys)
+        if not keys:
+            return
+        self._erase(session, keys)
+        with database_faults():
+            session.execute(delete(CHUNKS).where(CHUNKS.c.store == self.name, CHUNKS.c.key.in_(keys)))
+
+    def keys(self) -> Iterator[str]:
+        after = None
+        while True:
+            query = select(CHUNKS.c.key).where(CHUNKS.c.store == self.name).distinct().order_by(CHUNKS.c.key)
+            if after is not None:
+                query = query.where(CHUNKS.c.key > after)
+            with database_faults(), self.reader.connect() as conn:
+                found = conn.execute(query.limit(1000)).scalars().all()
+            yield from found
+            if len(found) < 1000:
+                return
+            after = found[-1]
+
+    def probe(self) -> None:
+        """Write a probe row, read it back, and roll it back: nothing stays."""
+        row = {"store": self.name, "key": f".probe/{uuid.uuid4().hex}", "start_offset": 0}
+        with database_faults(), Session(self.engine) as session:
+            insert_ignore(session, CHUNKS, {**row, "end_offset": 5, "data": b"probe"}, _IDENTITY)
+            found = session.execute(select(CHUNKS.c.data).filter_by(**row)).scalar()
+            session.rollback()
+        if found != b"probe":
+            raise LogStoreUnavailable("the probe row read back different bytes", "probe")

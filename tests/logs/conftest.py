@@ -1,0 +1,31 @@
+"""Every log test runs against each store — file, database and S3 (moto's server standing in
+for the bucket) — on each database, the way every storage test runs on both databases."""
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.logs.store import LogStore
+
+STORES = ["file", "database", "s3"]
+
+
+@pytest.fixture(params=STORES)
+def store_name(request: pytest.FixtureRequest) -> str:
+    """FENCELINE_LOG_STORE for this test; each S3 test gets a prefix of its own."""
+    if request.param == "s3":
+        return f"s3://{request.getfixturevalue('s3_bucket')}/{uuid.uuid4().hex[:12]}"
+    return request.param
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient], store_name: str) -> TestClient:
+    return make_client(log_store=store_name)
+
+
+@pytest.fixture
+def store(client: TestClient) -> LogStore:
+    """The store the app serves."""
+    return client.app.state.log_store
