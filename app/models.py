@@ -5,6 +5,7 @@ from app.execution.models import TaskAttempt
 from app.identity.models import Execution, Seat
 from app.logs.models import LogChunk, LogRemoval
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
+from app.routing.models import Pool, Tenant
 
-__all__ = ["DagRun", "Execution", "InstallationSecret", "LogChunk", "LogRemoval", "LoginFailure", "Seat",
-           "TaskAttempt", "TaskInstance", "TaskInstanceHistory"]
+__all__ = ["DagRun", "Execution", "InstallationSecret", "LogChunk", "LogRemoval", "LoginFailure", "Pool", "Seat",
+           "TaskAttempt", "TaskInstance", "TaskInstanceHistory", "Tenant"]

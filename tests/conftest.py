@@ -29,12 +29,14 @@ from app.config import Settings
 from app.db import make_engine, metadata
 from app.main import create_app
 from app.migrate import upgrade
+from app.routing.models import DEFAULT_POOL, DEFAULT_POOL_SLOTS, Pool
 from tests.api import ADMIN_PASSWORD, Operator
 from tests.databases import BACKENDS, throwaway_database
 
 # Log files and anything else the app keeps on disk go here, never into the working tree.
 TEST_DATA_DIR = Path(tempfile.mkdtemp(prefix="fenceline-test-"))
 JWT_SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
+MIGRATED_DEFAULT_POOL = {"name": DEFAULT_POOL, "slots": DEFAULT_POOL_SLOTS, "description": "Default pool"}
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +66,7 @@ def engine(db_url: str) -> Iterator[Engine]:
 
 @pytest.fixture(autouse=True)
 def _clean_tables(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Empty every table after each storage test."""
+    """Empty every table after each storage test, leaving what the migrations seed."""
     yield
     if "engine" not in request.fixturenames:
         return
@@ -77,6 +79,7 @@ def _clean_tables(request: pytest.FixtureRequest) -> Iterator[None]:
         else:
             for table in reversed(metadata.sorted_tables):
                 conn.execute(table.delete())
+        conn.execute(Pool.__table__.insert().values(**MIGRATED_DEFAULT_POOL))  # what the migration seeds
 
 
 @pytest.fixture

@@ -3,15 +3,27 @@
 import os
 import subprocess
 import sys
+import uuid
+from datetime import UTC, datetime
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, inspect
+from sqlalchemy import JSON, Boolean, Engine, Integer, String, Uuid, column, inspect, table, text
 
-from app.db import make_engine, metadata
+from app.db import UTCDateTime, make_engine, metadata
 from app.migrate import downgrade, upgrade
 from tests.databases import BACKENDS, throwaway_database
+
+RUN_ID, TI_ID = uuid.uuid4(), uuid.uuid4()
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+NOT_NULL_INTS = ("map_index", "retries", "retry_delay_seconds", "max_infra_attempts", "try_number", "max_tries",
+                 "attempt_epoch", "infra_attempts")
+NOT_NULL_FLAGS = ("idempotent", "user_code_started")
+
+
+def cols(**types):
+    return [column(name, type_()) for name, type_ in types.items()]
 
 
 def schema_diff(engine: Engine) -> list:
@@ -57,6 +69,40 @@ def test_replicas_migrating_at_once_all_succeed(backend, tmp_path):
         assert [code for code, _ in results] == [0, 0, 0, 0], [err[-500:] for _, err in results]
         engine = make_engine(url)
         try:
+            assert schema_diff(engine) == []
+        finally:
+            engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_routing_expands_existing_task_instances_with_airflow_defaults(backend, tmp_path):
+    """0011 only adds: a task instance written before it gets queue `default`, pool
+    `default_pool`, one slot and weight 1, and the default pool has Airflow's 128 slots."""
+    with throwaway_database(backend, tmp_path) as url:
+        engine = make_engine(url)
+        try:
+            upgrade(url, "0006")
+            with engine.begin() as conn:  # the 0006 columns only, as a replica before 0011 writes them
+                conn.execute(table("dag_runs", *cols(id=Uuid, dag_id=String, run_id=String, state=String,
+                                                     trace_id=String, conf=JSON, created_at=UTCDateTime,
+                                                     updated_at=UTCDateTime)).insert().values(
+                    id=RUN_ID, dag_id="d", run_id="r", state="running", trace_id="t", conf={}, created_at=NOW,
+                    updated_at=NOW))
+                conn.execute(table("task_instances", *cols(
+                    id=Uuid, dag_run_id=Uuid, dag_id=String, run_id=String, task_id=String, payload=JSON,
+                    upstream_task_ids=JSON, state=String, created_at=UTCDateTime, updated_at=UTCDateTime,
+                    **dict.fromkeys(NOT_NULL_INTS, Integer), **dict.fromkeys(NOT_NULL_FLAGS, Boolean),
+                )).insert().values(id=TI_ID, dag_run_id=RUN_ID, dag_id="d", run_id="r", task_id="t", payload={},
+                                   upstream_task_ids=[], state="scheduled", created_at=NOW, updated_at=NOW,
+                                   **dict.fromkeys(NOT_NULL_INTS, 0), **dict.fromkeys(NOT_NULL_FLAGS, False)))
+            upgrade(url)
+            with engine.connect() as conn:
+                ti = conn.execute(text("SELECT queue, pool, pool_slots, priority_weight FROM task_instances")).one()
+                pools = conn.execute(text("SELECT name, slots FROM pools")).all()
+            assert tuple(ti) == ("default", "default_pool", 1, 1)
+            assert [tuple(p) for p in pools] == [("default_pool", 128)]
+            downgrade(url, "0006")
+            upgrade(url)
             assert schema_diff(engine) == []
         finally:
             engine.dispose()

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
-from sqlalchemy import Table, Uuid, func, insert, select
+from sqlalchemy import Table, Uuid, delete, func, insert, select
 from sqlalchemy.exc import OperationalError, StatementError
 from sqlmodel import Session
 
@@ -19,6 +19,7 @@ from app.db import UTCDateTime, metadata
 from app.errors import AppError
 from app.identity.schemas import SeatName
 from app.orchestration.schemas import Ident, RunId
+from app.routing.models import DEFAULT_POOL, Pool
 from app.schemas import FreeForm, unstorable
 
 FORMAT = "fenceline-snapshot/1"
@@ -38,6 +39,12 @@ RULES: dict[str, dict[str, TypeAdapter[Any]]] = {
     }.items()
 }
 SHOWN = 20  # offending rows named in the detail
+# Rows the migrations seed (Airflow's default pool): a database holding only them is empty.
+SEEDED = {Pool.__tablename__: Pool.name != DEFAULT_POOL}
+
+
+def _unseeded(table: Table) -> list[Any]:
+    return [SEEDED[table.name]] if table.name in SEEDED else []
 
 
 def _tables() -> list[Table]:
@@ -115,12 +122,14 @@ def restore(*, session: Session, document: dict[str, Any]) -> dict[str, int]:
         raise AppError(422, "invalid-snapshot", "Invalid snapshot",
                        f"Rows break the API's rules: {'; '.join(offending[:SHOWN])}{more}.", rows=offending)
     for table in known.values():
-        if session.execute(select(func.count()).select_from(table)).scalar():
+        if session.execute(select(func.count()).select_from(table).where(*_unseeded(table))).scalar():
             raise AppError(409, "database-not-empty", "Database not empty",
                            f"Restore needs an empty database; table {table.name} has rows.")
     counts: dict[str, int] = {}
     for name, table in known.items():  # dependency order
         rows = document["tables"].get(name, [])
+        if name in SEEDED and rows:  # the document's own rows replace what the migrations seeded
+            session.execute(delete(table))
         try:
             loaded = [{c: _load(table.c[c], v) for c, v in row.items()} for row in rows]
             if loaded:

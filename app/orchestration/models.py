@@ -39,6 +39,8 @@ class TaskInstance(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id", "task_id", "map_index"),
         Index("ix_task_instances_state_next_eligible_at", "state", "next_eligible_at"),
+        Index("ix_task_instances_state_queue", "state", "queue"),  # the claim's ready work on its queues
+        Index("ix_task_instances_pool_state", "pool", "state"),  # a pool's slots in flight
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
@@ -54,6 +56,11 @@ class TaskInstance(SQLModel, table=True):
     retry_delay_seconds: float = Field(default=0)
     max_infra_attempts: int = Field(default=3)
     idempotent: bool = Field(default=True)
+    # Routing (app/routing): which claims may take it, what it holds while in flight, its rank.
+    queue: str = Field(default="default", max_length=256, sa_column_kwargs={"server_default": "default"})
+    pool: str = Field(default="default_pool", max_length=256, sa_column_kwargs={"server_default": "default_pool"})
+    pool_slots: int = Field(default=1, sa_column_kwargs={"server_default": "1"})
+    priority_weight: int = Field(default=1, sa_column_kwargs={"server_default": "1"})
     state: str = Field(max_length=32)
     try_number: int = Field(default=1)
     max_tries: int = Field(default=0)

@@ -1,0 +1,1 @@
+"""Routing: which claim may take which ready work (queues, pools, priorities, tenant turns and caps)."""

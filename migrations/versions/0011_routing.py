@@ -1,0 +1,63 @@
+"""routing: task instances name a queue, a pool with its slots and a priority weight; pools
+(with Airflow's default_pool of 128 slots) and tenants (caps and claim turns) (expand only)
+
+Additive: existing task instances get queue `default`, pool `default_pool`, 1 slot and weight 1
+from the server defaults, so replicas still running the previous revision keep creating task
+instances the claim can route.
+
+Revision ID: 0011
+Revises: 0006
+Create Date: 2026-11-30
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+
+def _lock_timeout() -> None:
+    if op.get_bind().dialect.name == "postgresql":  # task_instances' new columns: fail fast, never queue writers
+        op.execute("SET LOCAL lock_timeout = '5s'")
+
+
+def upgrade() -> None:
+    _lock_timeout()
+    pools = op.create_table(
+        "pools",
+        sa.Column("name", sa.String(256), nullable=False),
+        sa.Column("slots", sa.Integer(), nullable=False),
+        sa.Column("description", sa.String(1024), nullable=False, server_default=""),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_pools")),
+    )
+    op.bulk_insert(pools, [{"name": "default_pool", "slots": 128, "description": "Default pool"}])
+    op.create_table(
+        "tenants",
+        sa.Column("tenant_id", sa.String(250), nullable=False),
+        sa.Column("max_running", sa.Integer(), nullable=True),
+        sa.Column("last_claimed_at", sa.DateTime(timezone=True), nullable=True),
+        sa.PrimaryKeyConstraint("tenant_id", name=op.f("pk_tenants")),
+    )
+    with op.batch_alter_table("task_instances", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("queue", sa.String(256), nullable=False, server_default="default"))
+        batch_op.add_column(sa.Column("pool", sa.String(256), nullable=False, server_default="default_pool"))
+        batch_op.add_column(sa.Column("pool_slots", sa.Integer(), nullable=False, server_default="1"))
+        batch_op.add_column(sa.Column("priority_weight", sa.Integer(), nullable=False, server_default="1"))
+        batch_op.create_index("ix_task_instances_state_queue", ["state", "queue"], unique=False)
+        batch_op.create_index("ix_task_instances_pool_state", ["pool", "state"], unique=False)
+
+
+def downgrade() -> None:
+    _lock_timeout()
+    with op.batch_alter_table("task_instances", schema=None) as batch_op:
+        batch_op.drop_index("ix_task_instances_pool_state")
+        batch_op.drop_index("ix_task_instances_state_queue")
+        batch_op.drop_column("priority_weight")
+        batch_op.drop_column("pool_slots")
+        batch_op.drop_column("pool")
+        batch_op.drop_column("queue")
+    op.drop_table("tenants")
+    op.drop_table("pools")
