@@ -27,6 +27,7 @@ from app.logs.router import router as logs_router
 from app.operations import router as operations_router
 from app.orchestration.router import router as orchestration_router
 from app.problems import document_errors, install_error_handlers
+from app.routing.router import router as routing_router
 from app.ui.router import router as ui_router
 
 log = logging.getLogger("fenceline")
@@ -80,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     document_errors(app)
     for router in (operations_router, auth_router, identity_router, orchestration_router, rails_router,
-                   execution_router, logs_router, admin_router, ui_router, open_router, cli_login_router,
-                   airflow_v2_router, airflow_v1_router):
+                   execution_router, routing_router, logs_router, admin_router, ui_router, open_router,
+                   cli_login_router, airflow_v2_router, airflow_v1_router):
         app.include_router(router)
     return app

@@ -204,11 +204,12 @@ class Worker:
         """The seat's next execution, admitted as this one's successor (which supersedes it)."""
         return Worker(self.operator, self.seat, previous=self.execution_id)
 
-    def claim_response(self, limit: int = 10) -> httpx.Response:
-        return self.client.post("/v1/dispatch/claim", json={"limit": limit}, headers=self.headers)
+    def claim_response(self, limit: int = 10, queues: list[str] | None = None) -> httpx.Response:
+        body = {"limit": limit} if queues is None else {"limit": limit, "queues": queues}
+        return self.client.post("/v1/dispatch/claim", json=body, headers=self.headers)
 
-    def claim(self, limit: int = 10) -> list[Attempt]:
-        return [Attempt(self.client, item) for item in json_of(self.claim_response(limit))["items"]]
+    def claim(self, limit: int = 10, queues: list[str] | None = None) -> list[Attempt]:
+        return [Attempt(self.client, item) for item in json_of(self.claim_response(limit, queues))["items"]]
 
     def claim_one(self) -> Attempt:
         (attempt,) = self.claim(1)

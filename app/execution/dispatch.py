@@ -1,9 +1,10 @@
 """Claims: an admitted execution takes ready work, each row claiming a new attempt epoch."""
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import select, update
 from sqlmodel import Session
 
 from app.db import is_postgres, utcnow
@@ -13,6 +14,8 @@ from app.identity.models import Execution
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.rails import NEW_EXECUTION, from_sources, moved_to, promote_eligible
+from app.routing import selection
+from app.routing.models import DEFAULT_QUEUE
 
 
 def require_current_execution(session: Session, execution_id: uuid.UUID) -> Execution:
@@ -27,32 +30,25 @@ def require_current_execution(session: Session, execution_id: uuid.UUID) -> Exec
     return execution
 
 
-def claim(*, session: Session, execution_id: uuid.UUID, limit: int,
+def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequence[str] = (DEFAULT_QUEUE,),
           now: datetime | None = None) -> list[tuple[TaskInstance, DagRun]]:
-    """scheduled -> queued (the claim rail) for up to `limit` ready task instances, in one
-    guarded UPDATE … RETURNING that bumps attempt_epoch, clears last_heartbeat_at and binds the
-    execution. Rows another claimer holds are skipped (SKIP LOCKED on PostgreSQL; SQLite
-    serialises writers), so two claimers never get the same task instance."""
+    """scheduled -> queued (the claim rail) for up to `limit` ready task instances on `queues`,
+    chosen by the routing rules (app/routing/selection.py: priority, tenant turns and caps,
+    pool slots), in one guarded UPDATE … RETURNING that bumps attempt_epoch, clears
+    last_heartbeat_at and binds the execution. Claims that may take from the same pool run one
+    after the other (the pool rows' lock on PostgreSQL; SQLite serialises writers), so two
+    claimers never get the same task instance nor overfill a pool."""
     now = now or utcnow()
     require_current_execution(session, execution_id)
-    skip_locked = is_postgres(session)
-    promote_eligible(session=session, now=now, skip_locked=skip_locked)
-    ready = (
-        select(TaskInstance.id)
-        .where(from_sources(s.CLAIM),
-               or_(TaskInstance.next_eligible_at.is_(None), TaskInstance.next_eligible_at <= now))
-        .order_by(TaskInstance.updated_at, TaskInstance.id)
-        .limit(limit)
-    )
-    if skip_locked:
-        ready = ready.with_for_update(skip_locked=True)
-    # A CTE, evaluated once: as an IN subquery PostgreSQL may re-run it per row (nested-loop
-    # semi join), and a re-run skips the rows this statement already updated and takes the
-    # next ones, claiming more than `limit`. A locking CTE is never inlined.
-    ready_once = ready.cte("ready")
+    promote_eligible(session=session, now=now, skip_locked=is_postgres(session))
+    pools = selection.lock_routes(session, queues, now)
+    if not pools:
+        return []
+    # A CTE, evaluated once: the rows to claim are decided before any is updated.
+    chosen = selection.claimable(queues, pools, limit, now).cte("chosen")
     claimed = list(session.execute(
         update(TaskInstance)
-        .where(TaskInstance.id.in_(select(ready_once.c.id)), from_sources(s.CLAIM))
+        .where(TaskInstance.id.in_(select(chosen.c.id)), from_sources(s.CLAIM))
         .values(**moved_to(s.CLAIM, now), queued_at=now, next_eligible_at=None,
                 **{**NEW_EXECUTION, "execution_id": execution_id})
         .returning(TaskInstance)
@@ -62,6 +58,7 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int,
         return []
     runs = {r.id: r for r in session.execute(
         select(DagRun).where(DagRun.id.in_({ti.dag_run_id for ti in claimed}))).scalars()}
+    selection.take_turns(session, (runs[ti.dag_run_id].tenant_id for ti in claimed), now)
     for ti in claimed:
         open_attempt(session, ti, now)
     claimed.sort(key=lambda ti: (ti.dag_id, ti.run_id, ti.task_id, ti.map_index))

@@ -49,7 +49,8 @@ def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_i
     """Claim up to `limit` ready task instances for the calling execution (worker token)."""
     keyring, ttl = installation(request).keyring, request.app.state.settings.attempt_token_ttl_seconds
     items = []
-    for ti, run in dispatch.claim(session=session, execution_id=execution_id, limit=body.limit):
+    for ti, run in dispatch.claim(session=session, execution_id=execution_id, limit=body.limit,
+                                   queues=body.queues):
         correlation = Correlation(
             ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
             try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=run.tenant_id, trace_id=run.trace_id)

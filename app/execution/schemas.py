@@ -7,6 +7,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from app.orchestration.states import INFRA_REASONS
+from app.routing.models import DEFAULT_QUEUE
+from app.routing.schemas import RouteName
 from app.schemas import Problem, Strict
 
 InfraReason = Literal[INFRA_REASONS]  # type: ignore[valid-type]
@@ -15,6 +17,8 @@ REASON_MAX = 64  # an attempt record's reason column
 
 class ClaimRequest(Strict):
     limit: Annotated[int, Field(ge=1, le=100)] = 1
+    queues: Annotated[list[RouteName], Field(min_length=1, max_length=50,
+                                             description="The queues this claim serves.")] = [DEFAULT_QUEUE]
 
 
 class Correlation(BaseModel):

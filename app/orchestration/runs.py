@@ -11,13 +11,20 @@ from app.errors import AppError, not_found
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.schemas import RunCreate
+from app.routing.service import check_routes
 
 
 def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[TaskInstance]]:
-    """A run and its task instances; tasks without upstreams are scheduled at once.
+    """A run and its task instances; tasks without upstreams are scheduled at once. 422
+    unknown-pool or pool-too-small if a task names a pool that does not exist or asks more
+    slots than it has.
     409 run-exists if (dag_id, run_id) is taken: the unique key decides, so of two concurrent
     creations of one run the second gets run-exists too."""
     now = utcnow()
+    wanted: dict[str, int] = {}
+    for t in request.tasks:
+        wanted[t.pool] = max(wanted.get(t.pool, 0), t.pool_slots)
+    check_routes(session=session, wanted=wanted)
     run_id = request.run_id or f"manual__{now.isoformat()}"
     run = DagRun(dag_id=request.dag_id, run_id=run_id, tenant_id=request.tenant_id,
                  trace_id=request.trace_id or uuid.uuid4().hex, conf=request.conf, created_at=now, updated_at=now)
@@ -31,7 +38,8 @@ def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[Ta
             dag_run_id=run.id, dag_id=run.dag_id, run_id=run.run_id, task_id=t.task_id, map_index=t.map_index,
             payload=t.payload.model_dump(exclude_none=True), upstream_task_ids=t.upstream,
             retries=t.retries, max_tries=t.retries, retry_delay_seconds=t.retry_delay,
-            max_infra_attempts=t.max_infra_attempts, idempotent=t.idempotent,
+            max_infra_attempts=t.max_infra_attempts, idempotent=t.idempotent, queue=t.queue, pool=t.pool,
+            pool_slots=t.pool_slots, priority_weight=t.priority_weight,
             state=s.NONE if t.upstream else s.SCHEDULED, created_at=now, updated_at=now,
         )
         for t in request.tasks

@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from app.orchestration.models import DagRun, TaskInstance
+from app.routing.models import DEFAULT_POOL, DEFAULT_QUEUE
+from app.routing.schemas import PriorityWeight, RouteName
 from app.schemas import FreeForm, Strict
 
 # Identifiers become log path segments: never "." or "..", so none may start with a dot.
@@ -58,6 +60,10 @@ class TaskCreate(Strict):
     max_infra_attempts: Annotated[int, Field(ge=0, le=1000, description=MAX_INFRA_ATTEMPTS)] = 3
     upstream: list[Ident] = []
     idempotent: bool = True
+    queue: RouteName = Field(DEFAULT_QUEUE, description="Only claims serving this queue take the task.")
+    pool: RouteName = Field(DEFAULT_POOL, description="The pool whose slots the task holds while queued or running.")
+    pool_slots: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    priority_weight: PriorityWeight = Field(1, description="Higher weights are claimed first.")
 
 
 class RunCreate(Strict):
@@ -104,6 +110,10 @@ class TaskInstancePublic(BaseModel):
     idempotent: bool
     retries: int
     retry_delay: float
+    queue: str
+    pool: str
+    pool_slots: int
+    priority_weight: int
     upstream: list[str]
     payload: dict[str, Any]
     next_eligible_at: datetime | None
@@ -146,7 +156,8 @@ def ti_public(ti: TaskInstance) -> TaskInstancePublic:
         infra_attempts=ti.infra_attempts, max_infra_attempts=ti.max_infra_attempts,
         last_failure_kind=ti.last_failure_kind, last_failure_reason=ti.last_failure_reason,
         execution_id=ti.execution_id, idempotent=ti.idempotent, retries=ti.retries,
-        retry_delay=ti.retry_delay_seconds, upstream=ti.upstream_task_ids, payload=ti.payload,
+        retry_delay=ti.retry_delay_seconds, queue=ti.queue, pool=ti.pool, pool_slots=ti.pool_slots,
+        priority_weight=ti.priority_weight, upstream=ti.upstream_task_ids, payload=ti.payload,
         next_eligible_at=ti.next_eligible_at, last_heartbeat_at=ti.last_heartbeat_at, queued_at=ti.queued_at,
         started_at=ti.started_at, ended_at=ti.ended_at, updated_at=ti.updated_at,
     )

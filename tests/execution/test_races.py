@@ -6,7 +6,7 @@ from collections import Counter
 
 import httpx
 
-from tests.api import Attempt, Operator, Worker, task
+from tests.api import Attempt, Operator, Worker, json_of, task
 from tests.concurrency import race
 
 
@@ -30,6 +30,7 @@ class TestConcurrentClaims:
         claimers, ready = (32, 200) if is_postgres else (8, 40)
         with live_server.client() as client:
             operator = Operator(client)
+            json_of(operator.patch("/v1/pools/default_pool", json={"slots": ready}))  # room for every claim
             operator.create_run(*(task(f"t{i:03}") for i in range(ready)))
             workers = [Worker(operator, f"worker-{n}") for n in range(claimers)]
         results = race(live_server, [claims_until_empty(w.headers, limit=5) for w in workers])
