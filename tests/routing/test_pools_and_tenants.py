@@ -61,8 +61,8 @@ class TestPools:
 
     def test_a_pool_caps_the_slots_in_flight_and_a_report_frees_them(self, operator):
         make_pool(operator, "db-loads", 3)
-        operator.create_run(task("big", pool="db-loads", pool_slots=2), task("s1", pool="db-loads"),
-                            task("s2", pool="db-loads"), task("free"))
+        operator.create_run(task("big", pool="db-loads", pool_slots=2, priority_weight=3),
+                            task("s1", pool="db-loads", priority_weight=2), task("s2", pool="db-loads"), task("free"))
         worker = Worker(operator)
         first = worker.claim(10)
         assert sorted(a.task_id for a in first) == ["big", "free", "s1"]  # 2 + 1 slots; s2 waits
@@ -111,10 +111,11 @@ class TestQueuesAndPriorities:
             assert_problem(worker.claim_response(1, queues), 422, "validation-error")
 
     def test_higher_weights_are_claimed_first_and_equal_weights_oldest_first(self, operator):
-        weights = {"low": -5, "a": 1, "b": 1, "urgent": 100, "c": 1, "high": 10}
-        operator.create_run(*(task(name, priority_weight=w) for name, w in weights.items()))
+        runs = [{"low": -5, "a": 1, "urgent": 100}, {"b": 1, "high": 10}, {"c": 1}]  # a, b, c: oldest first
+        for n, weights in enumerate(runs):
+            operator.create_run(*(task(name, priority_weight=w) for name, w in weights.items()), run_id=f"r{n}")
         worker = Worker(operator)
-        order = [worker.claim_one().task_id for _ in weights]
+        order = [worker.claim_one().task_id for _ in range(6)]
         assert order == ["urgent", "high", "a", "b", "c", "low"]
 
     def test_task_instances_show_their_routes(self, operator):
