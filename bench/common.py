@@ -54,6 +54,7 @@ class Server:
         self._stack = contextlib.ExitStack()
         data_dir = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="fenceline-bench-")))
         url = self._stack.enter_context(database(self.backend, data_dir))
+        self.database_url = url  # None: SQLite under the data dir
         port = free_port()
         env = {**os.environ, "FENCELINE_DATA_DIR": str(data_dir), "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD,
                "FENCELINE_JWT_SECRET": "bench-secret-" + "x" * 40, "FENCELINE_REAPER_INTERVAL_SECONDS": "0",

@@ -77,17 +77,18 @@ def test_replicas_migrating_at_once_all_succeed(backend, tmp_path):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_routing_expands_existing_task_instances_with_airflow_defaults(backend, tmp_path):
     """0011 only adds: a task instance written before it gets queue `default`, pool
-    `default_pool`, one slot and weight 1, and the default pool has Airflow's 128 slots."""
+    `default_pool`, one slot, weight 1 and its run's tenant, and the default pool has Airflow's
+    128 slots."""
     with throwaway_database(backend, tmp_path) as url:
         engine = make_engine(url)
         try:
             upgrade(url, "0006")
             with engine.begin() as conn:  # the 0006 columns only, as a replica before 0011 writes them
                 conn.execute(table("dag_runs", *cols(id=Uuid, dag_id=String, run_id=String, state=String,
-                                                     trace_id=String, conf=JSON, created_at=UTCDateTime,
-                                                     updated_at=UTCDateTime)).insert().values(
-                    id=RUN_ID, dag_id="d", run_id="r", state="running", trace_id="t", conf={}, created_at=NOW,
-                    updated_at=NOW))
+                                                     tenant_id=String, trace_id=String, conf=JSON,
+                                                     created_at=UTCDateTime, updated_at=UTCDateTime)).insert().values(
+                    id=RUN_ID, dag_id="d", run_id="r", state="running", tenant_id="acme", trace_id="t", conf={},
+                    created_at=NOW, updated_at=NOW))
                 conn.execute(table("task_instances", *cols(
                     id=Uuid, dag_run_id=Uuid, dag_id=String, run_id=String, task_id=String, payload=JSON,
                     upstream_task_ids=JSON, state=String, created_at=UTCDateTime, updated_at=UTCDateTime,
@@ -97,9 +98,10 @@ def test_routing_expands_existing_task_instances_with_airflow_defaults(backend, 
                                    **dict.fromkeys(NOT_NULL_INTS, 0), **dict.fromkeys(NOT_NULL_FLAGS, False)))
             upgrade(url)
             with engine.connect() as conn:
-                ti = conn.execute(text("SELECT queue, pool, pool_slots, priority_weight FROM task_instances")).one()
+                ti = conn.execute(text(
+                    "SELECT queue, pool, pool_slots, priority_weight, tenant_id FROM task_instances")).one()
                 pools = conn.execute(text("SELECT name, slots FROM pools")).all()
-            assert tuple(ti) == ("default", "default_pool", 1, 1)
+            assert tuple(ti) == ("default", "default_pool", 1, 1, "acme")  # and the run's tenant
             assert [tuple(p) for p in pools] == [("default_pool", 128)]
             downgrade(url, "0006")
             upgrade(url)

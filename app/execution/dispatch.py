@@ -41,14 +41,15 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
     now = now or utcnow()
     require_current_execution(session, execution_id)
     promote_eligible(session=session, now=now, skip_locked=is_postgres(session))
-    pools = selection.lock_routes(session, queues, now)
-    if not pools:
+    routes = selection.lock_routes(session, queues, now)
+    if routes is None:
         return []
-    # A CTE, evaluated once: the rows to claim are decided before any is updated.
-    chosen = selection.claimable(queues, pools, limit, now).cte("chosen")
+    # A materialised CTE, evaluated once before any row is updated: inlined, PostgreSQL may
+    # re-run the selection for every ready row (a nested-loop semi join).
+    chosen = selection.claimable(queues, routes, limit, now).cte("chosen").prefix_with("MATERIALIZED")
     claimed = list(session.execute(
         update(TaskInstance)
-        .where(TaskInstance.id.in_(select(chosen.c.id)), from_sources(s.CLAIM))
+        .where(TaskInstance.id == chosen.c.id, from_sources(s.CLAIM))  # UPDATE … FROM chosen: by primary key
         .values(**moved_to(s.CLAIM, now), queued_at=now, next_eligible_at=None,
                 **{**NEW_EXECUTION, "execution_id": execution_id})
         .returning(TaskInstance)

@@ -40,7 +40,7 @@ class TaskInstance(SQLModel, table=True):
         UniqueConstraint("dag_id", "run_id", "task_id", "map_index"),
         Index("ix_task_instances_state_next_eligible_at", "state", "next_eligible_at"),
         Index("ix_task_instances_state_queue", "state", "queue"),  # the claim's ready work on its queues
-        Index("ix_task_instances_pool_state", "pool", "state"),  # a pool's slots in flight
+        Index("ix_task_instances_state_pool", "state", "pool"),  # the slots in flight per pool
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
@@ -61,6 +61,7 @@ class TaskInstance(SQLModel, table=True):
     pool: str = Field(default="default_pool", max_length=256, sa_column_kwargs={"server_default": "default_pool"})
     pool_slots: int = Field(default=1, sa_column_kwargs={"server_default": "1"})
     priority_weight: int = Field(default=1, sa_column_kwargs={"server_default": "1"})
+    tenant_id: str | None = Field(default=None, max_length=250)  # the run's, so the claim need not join runs
     state: str = Field(max_length=32)
     try_number: int = Field(default=1)
     max_tries: int = Field(default=0)

@@ -39,7 +39,7 @@ def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[Ta
             payload=t.payload.model_dump(exclude_none=True), upstream_task_ids=t.upstream,
             retries=t.retries, max_tries=t.retries, retry_delay_seconds=t.retry_delay,
             max_infra_attempts=t.max_infra_attempts, idempotent=t.idempotent, queue=t.queue, pool=t.pool,
-            pool_slots=t.pool_slots, priority_weight=t.priority_weight,
+            pool_slots=t.pool_slots, priority_weight=t.priority_weight, tenant_id=run.tenant_id,
             state=s.NONE if t.upstream else s.SCHEDULED, created_at=now, updated_at=now,
         )
         for t in request.tasks

@@ -2,22 +2,30 @@
 
 Rules (docs/behaviour.md, "Routing"):
 - a claim takes only work on the queues it serves;
-- higher `priority_weight` first; among equal weights, tenants take turns: every tenant's
-  oldest ready task before any tenant's second, tenants that waited longest since a claim last
-  took their work first (runs without a tenant are one more tenant), then oldest first;
-- a tenant with a cap never has more than `max_running` task instances queued or running;
-- a pool never has more than `slots` slots queued or running: within a pool, work is taken in
-  that order and stops at the first task instance that does not fit, so a large task is not
-  starved by smaller ones behind it. A task needing more slots than its pool has waits.
+- higher `priority_weight` first; among equal weights, the tenant whose work a claim took
+  least recently first (a tenant never claimed before comes first; runs without a tenant are
+  one more tenant), then oldest first. So with k tenants with ready work, each one's oldest
+  ready task is claimed within the next k claims;
+- a task instance is taken only while its `pool_slots` fit in its pool's open slots (slots
+  minus the slots of its task instances queued and running), and only while its tenant is
+  under its cap (`max_running` task instances queued and running), if it has one. A task
+  asking more slots than its pool has waits until the pool grows.
 
-Race-free by construction: in-flight slots are counted from the task instances, never kept
-as a counter, by a statement that runs after the claim has locked (PostgreSQL: SELECT … FOR
-UPDATE, in name order) every pool it may take from and every capped tenant; SQLite runs one
-writer at a time. Only the claim moves a task instance into flight, so no other rail can add
-to a pool's count while the lock is held; every rail out of flight only frees slots.
+Race-free by construction: nothing is kept as a counter. The claim first locks (PostgreSQL:
+SELECT … FOR UPDATE, in name order) every pool holding ready work on its queues and, when any
+tenant has a cap, every capped tenant; the statement that then counts what is in flight and
+chooses starts after the locks are held, so it sees every claim committed before it, and
+claims that may fill the same pool or capped tenant choose one after the other (SQLite runs
+one writer at a time). Only the claim moves a task instance into flight; every rail out of
+flight only frees room.
+
+Cost: one small indexed statement for the locks (two when caps exist), one for the turns, and
+the claim's own statement, whose selection is a top-N sort of the ready work on the claim's
+queues (as a plain claim's is) and window functions over at most `limit` rows.
 """
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, Select, and_, exists, func, nulls_first, or_, select
@@ -25,79 +33,81 @@ from sqlmodel import Session
 
 from app.db import is_postgres, upsert_rows
 from app.orchestration import states as s
-from app.orchestration.models import DagRun, TaskInstance
+from app.orchestration.models import TaskInstance
 from app.orchestration.rails import from_sources
 from app.routing.models import NO_TENANT, Pool, Tenant
 
-TENANT = func.coalesce(DagRun.tenant_id, NO_TENANT)
+TENANT = func.coalesce(TaskInstance.tenant_id, NO_TENANT)
+
+
+@dataclass(frozen=True)
+class Routes:
+    """What a claim locked: the pools holding ready work on its queues, and whether any
+    tenant has a cap (then the capped tenants too)."""
+
+    pools: list[str]
+    capped: bool
 
 
 def ready_on(queues: Sequence[str], now: datetime) -> ColumnElement[bool]:
-    """Ready task instances (the claim rail's sources, eligible by `now`) on `queues`."""
+    """Ready task instances (the claim rail's source state, eligible by `now`) on `queues`."""
     return and_(from_sources(s.CLAIM), TaskInstance.queue.in_(queues),
                 or_(TaskInstance.next_eligible_at.is_(None), TaskInstance.next_eligible_at <= now))
 
 
-def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> list[str]:
-    """The pools holding ready work on `queues`; on PostgreSQL locked FOR UPDATE in name order
-    (then every capped tenant, in id order) until the claim commits, so that claims that may
-    take from the same pool or for the same capped tenant count its in-flight work one after
-    the other. An empty answer means there is nothing to claim."""
-    pools = (select(Pool.name)
-             .where(exists().where(TaskInstance.pool == Pool.name, ready_on(queues, now)))
-             .order_by(Pool.name))
-    if not is_postgres(session):
-        return list(session.execute(pools).scalars())
-    names = list(session.execute(pools.with_for_update(of=Pool)).scalars())
-    if names:
-        session.execute(select(Tenant.tenant_id).where(Tenant.max_running.is_not(None))
-                        .order_by(Tenant.tenant_id).with_for_update())
-    return names
+def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Routes | None:
+    """Lock, until the claim commits, the pools holding ready work on `queues` and, when any
+    tenant has a cap, the capped tenants: each in key order, pools first, as every claim
+    locks them (no deadlock). None when no pool holds ready work on `queues`."""
+    capped = exists().where(Tenant.max_running.is_not(None))
+    pools = (select(Pool.name, capped)
+             .where(exists().where(TaskInstance.pool == Pool.name, ready_on(queues, now))).order_by(Pool.name))
+    caps = select(Tenant.tenant_id).where(Tenant.max_running.is_not(None)).order_by(Tenant.tenant_id)
+    if not is_postgres(session):  # one writer at a time: nothing to lock
+        rows = session.execute(pools).all()
+        return Routes([name for name, _ in rows], rows[0][1]) if rows else None
+    rows = session.execute(pools.with_for_update(of=Pool)).all()
+    if not rows:
+        return None
+    if rows[0][1]:
+        session.execute(caps.with_for_update())
+    return Routes([name for name, _ in rows], rows[0][1])
 
 
-def claimable(queues: Sequence[str], pools: Sequence[str], limit: int, now: datetime) -> Select:
-    """The ids of up to `limit` task instances a claim serving `queues` may take now, from
-    `pools` (which lock_routes locked), in claim order. Window functions, no per-task query:
-    one statement over the ready work and the work in flight."""
-    ready = (
-        select(TaskInstance.id, TaskInstance.pool, TaskInstance.pool_slots, TaskInstance.priority_weight,
-               TaskInstance.updated_at, Pool.slots, TENANT.label("tenant"), Tenant.max_running.label("cap"),
-               Tenant.last_claimed_at.label("served"),
-               func.row_number().over(partition_by=(TENANT, TaskInstance.priority_weight),
-                                      order_by=(TaskInstance.updated_at, TaskInstance.id)).label("turn"))
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .join(Pool, Pool.name == TaskInstance.pool)
-        .outerjoin(Tenant, Tenant.tenant_id == TENANT)
-        .where(ready_on(queues, now), TaskInstance.pool.in_(pools), TaskInstance.pool_slots <= Pool.slots)
-        .subquery("ready")
-    )
-
-    def order(q):  # the claim order, on any level's columns
-        return (q.c.priority_weight.desc(), q.c.turn, nulls_first(q.c.served), q.c.updated_at, q.c.id)
-
+def claimable(queues: Sequence[str], routes: Routes, limit: int, now: datetime) -> Select:
+    """The ids of up to `limit` task instances a claim serving `queues` may take now from the
+    pools it locked. One statement, evaluated after the locks: it counts the slots (and capped
+    tenants' task instances) in flight, takes the first `limit` ready task instances in claim
+    order among those that fit on their own, and cuts where several in one claim would
+    together overfill a pool or a capped tenant."""
     in_flight = TaskInstance.state.in_(s.IN_FLIGHT)
-    tenant_busy = (select(TENANT.label("tenant"), func.count().label("busy")).select_from(TaskInstance)
-                   .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-                   .join(Tenant, and_(Tenant.tenant_id == TENANT, Tenant.max_running.is_not(None)))
-                   .where(in_flight).group_by(TENANT).subquery("tenant_busy"))
-    within_cap = (
-        select(ready, func.row_number().over(partition_by=ready.c.tenant, order_by=order(ready)).label("taken"),
-               func.coalesce(tenant_busy.c.busy, 0).label("busy"))
-        .outerjoin(tenant_busy, tenant_busy.c.tenant == ready.c.tenant)
-        .subquery("within_cap")
-    )
     pool_busy = (select(TaskInstance.pool, func.sum(TaskInstance.pool_slots).label("busy"))
-                 .where(in_flight, TaskInstance.pool.in_(pools)).group_by(TaskInstance.pool).subquery("pool_busy"))
-    fitting = (
-        select(within_cap, func.sum(within_cap.c.pool_slots).over(partition_by=within_cap.c.pool,
-                                                                 order_by=order(within_cap)).label("filled"))
-        .where(or_(within_cap.c.cap.is_(None), within_cap.c.taken + within_cap.c.busy <= within_cap.c.cap))
-        .subquery("fitting")
-    )
-    return (select(fitting.c.id)
-            .outerjoin(pool_busy, pool_busy.c.pool == fitting.c.pool)
-            .where(fitting.c.filled + func.coalesce(pool_busy.c.busy, 0) <= fitting.c.slots)
-            .order_by(*order(fitting)).limit(limit))
+                 .where(in_flight, TaskInstance.pool.in_(routes.pools)).group_by(TaskInstance.pool).subquery())
+    room = (select(Pool.name, (Pool.slots - func.coalesce(pool_busy.c.busy, 0)).label("open"))
+            .outerjoin(pool_busy, pool_busy.c.pool == Pool.name).where(Pool.name.in_(routes.pools))
+            .cte("room").prefix_with("MATERIALIZED"))
+    columns = [TaskInstance.id, TaskInstance.pool, TaskInstance.pool_slots, TaskInstance.priority_weight,
+               TaskInstance.updated_at, TENANT.label("tenant"), Tenant.last_claimed_at.label("served"),
+               room.c.open.label("pool_open")]
+    fits_alone = [room.c.open >= TaskInstance.pool_slots]
+    top = select(*columns).join(room, room.c.name == TaskInstance.pool).outerjoin(Tenant, Tenant.tenant_id == TENANT)
+    if routes.capped:
+        tenant_busy = (select(TENANT.label("tenant"), func.count().label("busy"))
+                       .where(in_flight, TENANT.in_(select(Tenant.tenant_id).where(Tenant.max_running.is_not(None))))
+                       .group_by(TENANT).cte("tenant_busy").prefix_with("MATERIALIZED"))
+        tenant_open = Tenant.max_running - func.coalesce(tenant_busy.c.busy, 0)
+        top = top.add_columns(tenant_open.label("tenant_open")).outerjoin(tenant_busy, tenant_busy.c.tenant == TENANT)
+        fits_alone.append(or_(Tenant.max_running.is_(None), tenant_open > 0))
+    order = (TaskInstance.priority_weight.desc(), nulls_first(Tenant.last_claimed_at), TaskInstance.updated_at,
+             TaskInstance.id)
+    top = top.where(ready_on(queues, now), *fits_alone).order_by(*order).limit(limit).subquery("top")
+    rank = (top.c.priority_weight.desc(), nulls_first(top.c.served), top.c.updated_at, top.c.id)
+    fitting = select(top, func.sum(top.c.pool_slots).over(partition_by=top.c.pool, order_by=rank).label("filled"),
+                     func.row_number().over(partition_by=top.c.tenant, order_by=rank).label("taken")).subquery()
+    fits = [fitting.c.filled <= fitting.c.pool_open]
+    if routes.capped:
+        fits.append(or_(fitting.c.tenant_open.is_(None), fitting.c.taken <= fitting.c.tenant_open))
+    return select(fitting.c.id).where(*fits)
 
 
 def take_turns(session: Session, tenant_ids: Iterable[str | None], now: datetime) -> None:

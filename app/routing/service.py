@@ -9,7 +9,7 @@ from sqlmodel import Session
 from app.db import insert_ignore, upsert
 from app.errors import AppError, conflict, not_found
 from app.orchestration import states as s
-from app.orchestration.models import DagRun, TaskInstance
+from app.orchestration.models import TaskInstance
 from app.routing.models import DEFAULT_POOL, Pool, Tenant
 
 
@@ -113,8 +113,9 @@ def tenant(*, session: Session, tenant_id: str) -> TenantView:
     exists: a tenant is named by its runs."""
     cap = session.execute(select(Tenant.max_running).where(Tenant.tenant_id == tenant_id)).scalar()
     counts = dict(session.execute(
-        select(TaskInstance.state, func.count()).join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(DagRun.tenant_id == tenant_id, TaskInstance.state.in_(s.IN_FLIGHT)).group_by(TaskInstance.state)).all())
+        select(TaskInstance.state, func.count()).where(TaskInstance.tenant_id == tenant_id,
+                                                       TaskInstance.state.in_(s.IN_FLIGHT))
+        .group_by(TaskInstance.state)).all())
     return TenantView(tenant_id, cap, counts.get(s.QUEUED, 0), counts.get(s.RUNNING, 0))
 
 

@@ -1,9 +1,11 @@
-"""routing: task instances name a queue, a pool with its slots and a priority weight; pools
+"""routing: task instances name a queue, a pool with its slots and a priority weight, and carry
+their run's tenant; pools
 (with Airflow's default_pool of 128 slots) and tenants (caps and claim turns) (expand only)
 
 Additive: existing task instances get queue `default`, pool `default_pool`, 1 slot and weight 1
-from the server defaults, so replicas still running the previous revision keep creating task
-instances the claim can route.
+from the server defaults, and their run's tenant_id, so replicas still running the previous
+revision keep creating task instances the claim can route (a task instance such a replica
+creates has no tenant_id: until the rollout ends it counts as the no-tenant tenant).
 
 Revision ID: 0011
 Revises: 0006
@@ -46,15 +48,20 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("pool", sa.String(256), nullable=False, server_default="default_pool"))
         batch_op.add_column(sa.Column("pool_slots", sa.Integer(), nullable=False, server_default="1"))
         batch_op.add_column(sa.Column("priority_weight", sa.Integer(), nullable=False, server_default="1"))
+        batch_op.add_column(sa.Column("tenant_id", sa.String(250), nullable=True))
         batch_op.create_index("ix_task_instances_state_queue", ["state", "queue"], unique=False)
-        batch_op.create_index("ix_task_instances_pool_state", ["pool", "state"], unique=False)
+        batch_op.create_index("ix_task_instances_state_pool", ["state", "pool"], unique=False)
+    # The run's tenant, copied so that the claim ranks ready work without joining its runs.
+    op.execute("UPDATE task_instances SET tenant_id = "
+               "(SELECT dag_runs.tenant_id FROM dag_runs WHERE dag_runs.id = task_instances.dag_run_id)")
 
 
 def downgrade() -> None:
     _lock_timeout()
     with op.batch_alter_table("task_instances", schema=None) as batch_op:
-        batch_op.drop_index("ix_task_instances_pool_state")
+        batch_op.drop_index("ix_task_instances_state_pool")
         batch_op.drop_index("ix_task_instances_state_queue")
+        batch_op.drop_column("tenant_id")
         batch_op.drop_column("priority_weight")
         batch_op.drop_column("pool_slots")
         batch_op.drop_column("pool")
