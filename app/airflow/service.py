@@ -3,6 +3,7 @@
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlmodel import Session
@@ -16,6 +17,7 @@ from app.logs.service import TryLog
 from app.logs.store import LogStore
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
+from app.routing.service import PoolUse, pool_uses
 
 # Native states Airflow's enum lacks, and what each Airflow version shows instead.
 _STATE_MAP = {s.NONE: None, s.INFRA_FAILED: s.FAILED}
@@ -80,13 +82,17 @@ def list_task_instances(session: Session, dag_id: str, run_id: str, limit: int, 
     return paginate(session, query, limit, offset)
 
 
-def in_flight_counts(session: Session) -> dict[str, int]:
-    """How many task instances are scheduled, queued and running: what a pool's slots hold."""
-    rows = session.execute(select(TaskInstance.state, func.count()).where(
-        TaskInstance.state.in_((s.SCHEDULED, s.QUEUED, s.RUNNING))).group_by(TaskInstance.state)).all()
-    counts = {s.SCHEDULED: 0, s.QUEUED: 0, s.RUNNING: 0}
-    counts.update({state: n for state, n in rows})
-    return counts
+def pools(session: Session, limit: int, offset: int) -> tuple[list[PoolUse], int]:
+    """One page of the pools, by name, with their slot use, and how many there are."""
+    uses = pool_uses(session=session)
+    return uses[offset:offset + limit], len(uses)
+
+
+def pool_fields(use: PoolUse) -> dict[str, Any]:
+    """A pool in the shape both Airflow APIs share (fenceline defers nothing)."""
+    return dict(name=use.pool.name, slots=use.pool.slots, description=use.pool.description, include_deferred=False,
+                occupied_slots=use.occupied, running_slots=use.running, queued_slots=use.queued,
+                scheduled_slots=use.scheduled, open_slots=use.open, deferred_slots=0)
 
 
 def get_task_instance(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int,

@@ -80,6 +80,24 @@ class DAG(BaseModel):
     has_import_errors: bool = False
 
 
+class Pool(BaseModel):
+    name: str
+    slots: int
+    occupied_slots: int
+    running_slots: int
+    queued_slots: int
+    scheduled_slots: int
+    open_slots: int
+    deferred_slots: int
+    description: str | None
+    include_deferred: bool
+
+
+class PoolCollection(BaseModel):
+    pools: list[Pool]
+    total_entries: int
+
+
 class DAGCollection(BaseModel):
     dags: list[DAG]
     total_entries: int
@@ -175,6 +193,7 @@ def try_model(view: TryView) -> TaskInstance:
         execution_date=ti.created_at.isoformat(), start_date=_iso(view.start_date), end_date=_iso(view.end_date),
         duration=view.duration, state=view.state, try_number=view.try_number,
         map_index=ti.map_index, max_tries=ti.max_tries, queued_when=_iso(view.queued_at),
+        pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue, priority_weight=ti.priority_weight,
         attempt_epoch=view.attempt_epoch, infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
         epochs=[{"attempt_epoch": e.attempt_epoch, "execution_id": str(e.execution_id) if e.execution_id else None,
                  "state": e.state, "outcome_kind": e.outcome_kind, "reason": e.reason,
@@ -193,6 +212,13 @@ def get_dags(session: SessionDep, limit: Limit = 100, offset: Offset = 0) -> DAG
     dags, total = service.list_dags(session, limit, offset)
     return DAGCollection(total_entries=total, dags=[
         DAG(dag_id=dag_id, dag_display_name=dag_id, last_parsed_time=first) for dag_id, first in dags])
+
+
+@router.get("/pools")
+def get_pools(session: SessionDep, limit: Limit = 100, offset: Offset = 0) -> PoolCollection:
+    """The pools, by name, with their slot use."""
+    uses, total = service.pools(session, limit, offset)
+    return PoolCollection(pools=[Pool(**service.pool_fields(u)) for u in uses], total_entries=total)
 
 
 @router.get("/dags/{dag_id}/dagRuns")

@@ -121,6 +121,7 @@ def try_response(view: TryView) -> dict[str, Any]:
         start_date=view.start_date, end_date=view.end_date, duration=view.duration, state=view.state,
         try_number=view.try_number, max_tries=ti.max_tries, task_display_name=ti.task_id,
         dag_display_name=ti.dag_id, queued_when=view.queued_at, attempt_epoch=view.attempt_epoch,
+        pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue, priority_weight=ti.priority_weight,
         infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
         last_failure_reason=view.last_failure_reason,
         epochs=[EpochResponse(attempt_epoch=e.attempt_epoch,
@@ -267,20 +268,12 @@ def _try(session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index:
 
 # --- what Airflow tooling asks of a server beyond tries and logs -------------------------------
 
-DEFAULT_POOL, DEFAULT_POOL_SLOTS = "default_pool", 128
-
-
 @router.get("/pools")
 def get_pools(session: SessionDep, limit: Limit = 50, offset: Offset = 0) -> PoolCollectionResponse:
-    """Airflow's `default_pool`, holding every task instance in flight (fenceline has no other
-    pool yet)."""
-    counts = service.in_flight_counts(session)
-    occupied = counts["queued"] + counts["running"]
-    pool = PoolResponse(name=DEFAULT_POOL, slots=DEFAULT_POOL_SLOTS, description="Default pool",
-                        include_deferred=False, occupied_slots=occupied, running_slots=counts["running"],
-                        queued_slots=counts["queued"], scheduled_slots=counts["scheduled"],
-                        open_slots=DEFAULT_POOL_SLOTS - occupied, deferred_slots=0)
-    return PoolCollectionResponse(pools=[pool][offset:offset + limit], total_entries=1)
+    """The pools (POST /v1/pools makes them), by name, each with the slots its task instances
+    hold: queued and running (occupied), scheduled, and open."""
+    uses, total = service.pools(session, limit, offset)
+    return PoolCollectionResponse(pools=[PoolResponse(**service.pool_fields(u)) for u in uses], total_entries=total)
 
 
 @router.get("/jobs")

@@ -106,5 +106,28 @@ class TestPoolsAndJobs:
         assert (pool["running_slots"], pool["queued_slots"], pool["scheduled_slots"]) == (1, 1, 1)
         assert (pool["occupied_slots"], pool["open_slots"]) == (2, 126)
 
+    def test_every_pool_shows_its_slot_use_on_both_apis(self, operator):
+        operator.post("/v1/pools", json={"name": "gpus", "slots": 4, "description": "the GPU nodes"})
+        operator.create_run(task("a", pool="gpus", pool_slots=3, priority_weight=2), task("b", pool="gpus"), task("c"))
+        Worker(operator).claim(1)  # a, first by its weight: 3 of the 4 slots
+        expected_gpus = {"name": "gpus", "slots": 4, "description": "the GPU nodes", "include_deferred": False,
+                         "occupied_slots": 3, "running_slots": 0, "queued_slots": 3, "scheduled_slots": 1,
+                         "open_slots": 1, "deferred_slots": 0}
+        for api in ("v1", "v2"):
+            body = operator.get(f"/api/{api}/pools").json()
+            assert body["total_entries"] == 2
+            assert [p["name"] for p in body["pools"]] == ["default_pool", "gpus"]
+            assert body["pools"][1] == expected_gpus
+            assert body["pools"][0]["scheduled_slots"] == 1
+            assert operator.get(f"/api/{api}/pools?offset=1&limit=1").json()["pools"] == [expected_gpus]
+
+    def test_task_instances_show_their_real_routes_on_both_apis(self, operator):
+        operator.post("/v1/pools", json={"name": "gpus", "slots": 4})
+        operator.create_run(task("a", queue="gpu", pool="gpus", pool_slots=2, priority_weight=9), task("b"))
+        for api in ("v1", "v2"):
+            tis = operator.get(f"/api/{api}/dags/dag/dagRuns/run/taskInstances").json()["task_instances"]
+            routes = {ti["task_id"]: (ti["queue"], ti["pool"], ti["pool_slots"], ti["priority_weight"]) for ti in tis}
+            assert routes == {"a": ("gpu", "gpus", 2, 9), "b": ("default", "default_pool", 1, 1)}, api
+
     def test_there_are_no_jobs(self, operator):
         assert operator.get("/api/v2/jobs").json() == {"jobs": [], "total_entries": 0}
