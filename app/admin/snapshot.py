@@ -20,6 +20,7 @@ from app.errors import AppError
 from app.identity.schemas import SeatName
 from app.orchestration.schemas import Ident, RunId
 from app.routing.models import DEFAULT_POOL, Pool
+from app.routing.schemas import RouteName, Slots
 from app.schemas import FreeForm, unstorable
 
 FORMAT = "fenceline-snapshot/1"
@@ -33,7 +34,9 @@ RULES: dict[str, dict[str, TypeAdapter[Any]]] = {
     table: {column: TypeAdapter(kind) for column, kind in columns.items()}
     for table, columns in {
         "dag_runs": {"dag_id": Ident, "run_id": RunId, "conf": FreeForm},
-        "task_instances": {"dag_id": Ident, "run_id": RunId, "task_id": Ident, "upstream_task_ids": list[Ident]},
+        "task_instances": {"dag_id": Ident, "run_id": RunId, "task_id": Ident, "upstream_task_ids": list[Ident],
+                           "queue": RouteName, "pool": RouteName},
+        "pools": {"name": RouteName, "slots": Slots},
         "seats": {"name": SeatName},
         "executions": {"seat": SeatName},
     }.items()

@@ -5,7 +5,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.migrate import upgrade
-from tests.api import Operator, assert_problem, kube_target, task
+from tests.api import Operator, Worker, assert_problem, kube_target, task
 from tests.conftest import app_settings as settings_for
 from tests.databases import throwaway_database
 
@@ -71,6 +71,23 @@ class TestRestore:
         assert resp.json()["restored"]["executions"] == 3
         assert fresh.get("/v1/admin/snapshot").json() == exported
 
+    def test_pools_and_tenant_caps_travel(self, operator, fresh_client):
+        operator.post("/v1/pools", json={"name": "gpus", "slots": 4, "description": "the GPU nodes"})
+        operator.patch("/v1/pools/default_pool", json={"slots": 16})
+        operator.put("/v1/tenants/acme", json={"max_running": 3})
+        body = {"dag_id": "dag", "run_id": "run", "tenant_id": "acme",
+                "tasks": [task("a", queue="gpu", pool="gpus", pool_slots=2, priority_weight=5)]}
+        assert operator.post("/v1/runs", json=body).status_code == 201
+        Worker(operator).claim(1, ["gpu"])  # the tenant's turn is recorded too
+        exported = operator.get("/v1/admin/snapshot").json()
+        fresh = Operator(fresh_client)
+        assert restore(fresh, exported).status_code == 201
+        assert fresh.get("/v1/admin/snapshot").json() == exported
+        assert [(p["name"], p["slots"], p["occupied_slots"]) for p in fresh.get("/v1/pools").json()["items"]] == [
+            ("default_pool", 16, 0), ("gpus", 4, 2)]
+        assert fresh.get("/v1/tenants/acme").json() == {"tenant_id": "acme", "max_running": 3, "queued": 1,
+                                                        "running": 0}
+
     def test_a_restored_system_keeps_its_generations_and_pod_uids(self, operator, fresh_client):
         first, second, third = three_generations(operator)
         fresh = Operator(fresh_client)
@@ -118,6 +135,13 @@ class TestRestore:
 
 
 class TestRestoreHoldsRowsToTheApisRules:
+    def test_a_pool_name_or_size_the_api_refuses_is_named(self, operator, fresh_client):
+        operator.post("/v1/pools", json={"name": "gpus", "slots": 4})
+        document = operator.get("/v1/admin/snapshot").json()
+        document["tables"]["pools"][1].update(name="../gpus", slots=-1)
+        problem = assert_problem(restore(Operator(fresh_client), document), 422, "invalid-snapshot")
+        assert "pools[1].name" in problem["detail"] and "pools[1].slots" in problem["detail"]
+
     @pytest.mark.parametrize("bad", ["../../x", "/abs", "ok/sub", "a\\..\\b", "a\x00b"],
                              ids=["dotdot", "absolute", "nested", "backslash", "nul"])
     def test_an_identifier_the_api_refuses_refuses_the_whole_document(self, operator, fresh_client, bad):
