@@ -130,9 +130,10 @@ class Worker:
                               "generation": admitted["generation"]})
         state.clear_pending_admission()
         self.worker_token, self.execution_id = admitted["worker_token"], admitted["execution_id"]
-        self.log.info("admitted seat %s: execution %s (generation %d%s); concurrency %d", seat,
+        self.log.info("admitted seat %s: execution %s (generation %d%s); concurrency %d; queues %s", seat,
                       self.execution_id, admitted["generation"],
-                      f", superseding {previous}" if previous else "", self.settings.concurrency)
+                      f", superseding {previous}" if previous else "", self.settings.concurrency,
+                      ",".join(self.settings.queues))
 
     def _call(self, call: Any, what: str) -> Any:
         """A start-up call, retried while the server is unreachable, until a stop signal."""
@@ -148,7 +149,7 @@ class Worker:
             wait = self.settings.poll_interval
             if free > 0:
                 try:
-                    for item in self.ctx.api.claim(self.worker_token, free):
+                    for item in self.ctx.api.claim(self.worker_token, free, self.settings.queues):
                         self._start(item)
                     if backoff.failures:
                         self.log.info("claim: server reachable again")

@@ -6,7 +6,7 @@ The worker is a third-party agent like any other: it imports nothing of the serv
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -122,8 +122,9 @@ class Api:
 
     # worker and agent calls ----------------------------------------------------------------
 
-    def claim(self, worker_token: str, limit: int) -> list[dict[str, Any]]:
-        return self.call("POST", "/v1/dispatch/claim", token=worker_token, json={"limit": limit})[1]["items"]
+    def claim(self, worker_token: str, limit: int, queues: Sequence[str] = ("default",)) -> list[dict[str, Any]]:
+        body = {"limit": limit, "queues": list(queues)}
+        return self.call("POST", "/v1/dispatch/claim", token=worker_token, json=body)[1]["items"]
 
     def report(self, attempt_token: str, state: str, reason: str | None = None) -> dict[str, Any]:
         body = {"state": state, **({"reason": reason} if reason else {})}

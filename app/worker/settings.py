@@ -20,6 +20,7 @@ class WorkerSettings:
     username: str
     password: str = field(repr=False)
     launcher_token: str = field(default="", repr=False)  # admits without the operator password
+    queues: tuple[str, ...] = ("default",)  # the queues its claims serve
 
 
 def _env(name: str, default: str) -> str:
@@ -34,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the seat this worker fills (env FENCELINE_WORKER_SEAT)")
     parser.add_argument("--swarm", default=_env("FENCELINE_WORKER_SWARM", "default"),
                         help="the seat's swarm (env FENCELINE_WORKER_SWARM)")
+    parser.add_argument("--queues", default=_env("FENCELINE_WORKER_QUEUES", "default"),
+                        help="comma-separated queues whose tasks this worker claims, e.g. gpu,default "
+                             "(env FENCELINE_WORKER_QUEUES)")
     parser.add_argument("--concurrency", type=int, default=int(_env("FENCELINE_WORKER_CONCURRENCY", "2")),
                         help="tasks run at once (env FENCELINE_WORKER_CONCURRENCY)")
     parser.add_argument("--state-dir", type=Path, default=None,
@@ -72,6 +76,9 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
                          "or --token-file) or the operator password (FENCELINE_ADMIN_PASSWORD or --password-file)")
     if args.concurrency < 1:
         raise ValueError("--concurrency must be at least 1")
+    queues = tuple(dict.fromkeys(q.strip() for q in args.queues.split(",") if q.strip()))
+    if not queues:
+        raise ValueError("--queues must name at least one queue")
     for name in ("heartbeat_interval", "poll_interval"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive")
@@ -80,5 +87,5 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
         server=args.server, seat=args.seat, swarm=args.swarm, concurrency=args.concurrency,
         state_dir=state_dir, heartbeat_interval=args.heartbeat_interval, poll_interval=args.poll_interval,
         grace_period=max(0.0, args.grace_period), username=args.username, password=password,
-        launcher_token=launcher_token,
+        launcher_token=launcher_token, queues=queues,
     )
