@@ -122,6 +122,19 @@ def seat_activity(session: Session, since: datetime) -> dict[str, SeatActivity]:
             for seat in held.keys() | recent.keys()}
 
 
+def seat_routes(session: Session) -> dict[str, list[tuple[str, str, int]]]:
+    """Each seat's task instances in flight by (queue, pool): [(queue, pool, count)], by seat."""
+    found: dict[str, list[tuple[str, str, int]]] = {}
+    for seat, queue, pool, n in session.execute(
+            select(Execution.seat, TaskInstance.queue, TaskInstance.pool, func.count())
+            .join(Execution, Execution.execution_id == TaskInstance.execution_id)
+            .where(TaskInstance.state.in_(s.IN_FLIGHT))
+            .group_by(Execution.seat, TaskInstance.queue, TaskInstance.pool)
+            .order_by(Execution.seat, TaskInstance.queue, TaskInstance.pool)):
+        found.setdefault(seat, []).append((queue, pool, n))
+    return found
+
+
 def outcomes_per_minute(session: Session, since: datetime, kinds: tuple[str, ...]) -> list[tuple[int, str, int]]:
     """How many attempts ended with each of `kinds` in each whole minute from `since` on:
     (minute, kind, count) rows, minute 0 beginning at `since`. Counted by the database, in

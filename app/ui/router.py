@@ -194,6 +194,14 @@ def seats(request: Request, session: SessionDep, operator: UiOperatorDep) -> Res
                 stale_after=request.app.state.settings.agent_lost_after_seconds)
 
 
+@router.get("/pools")
+def pools(request: Request, session: SessionDep, operator: UiOperatorDep) -> Response:
+    """The pools and the slots their task instances hold."""
+    uses = views.pools_page(session=session)
+    return page(request, "pools.html", operator=operator, refresh=any(u.occupied or u.scheduled for u in uses),
+                pools=uses)
+
+
 @router.get("/seats/{seat}")
 def seat(request: Request, seat: str, session: SessionDep, operator: UiOperatorDep) -> Response:
     executions = views.seat_page(session=session, seat=seat)

@@ -22,6 +22,7 @@ from app.logs.store import LogStore
 from app.orchestration import runs
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
+from app.routing import service as routing
 from app.ui import charts, graph, tail, timeline
 
 RUNS_PER_PAGE = 50
@@ -138,6 +139,7 @@ class FleetRow:
     execution: ExecutionPublic
     activity: history.SeatActivity
     heartbeat_age: float | None  # seconds since the latest heartbeat of its in-flight attempts
+    routes: list[tuple[str, str, int]] = field(default_factory=list)  # in flight by (queue, pool)
 
     @property
     def superseded(self) -> int:
@@ -147,13 +149,19 @@ class FleetRow:
 
 def fleet_page(*, session: Session, now: datetime) -> list[FleetRow]:
     """Every seat that ever had an execution, by name, with its activity."""
-    activity = history.seat_activity(session, now - FLEET_WINDOW)
+    activity, routes = history.seat_activity(session, now - FLEET_WINDOW), history.seat_routes(session)
     rows = []
     for e in identity.occupants(session=session):
         act = activity.get(e.seat, history.SeatActivity())
         beat = act.last_heartbeat_at
-        rows.append(FleetRow(execution_public(e), act, (now - beat).total_seconds() if beat else None))
+        rows.append(FleetRow(execution_public(e), act, (now - beat).total_seconds() if beat else None,
+                             routes.get(e.seat, [])))
     return rows
+
+
+def pools_page(*, session: Session) -> list[routing.PoolUse]:
+    """Every pool with the slots its task instances hold."""
+    return routing.pool_uses(session=session)
 
 
 def seat_page(*, session: Session, seat: str) -> list[ExecutionPublic]:

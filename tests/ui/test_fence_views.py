@@ -157,6 +157,22 @@ class TestFleet:
         assert texts(html, "hb-stale")[0].endswith("s ago")  # older than the agent-lost threshold
 
 
+class TestRoutes:
+    def test_the_grid_fleet_and_pools_page_show_queues_pools_and_slot_use(self, client, operator):
+        operator.post("/v1/pools", json={"name": "gpus", "slots": 4, "description": "<b>the GPU nodes</b>"})
+        operator.create_run(task("train", queue="gpu", pool="gpus", pool_slots=3, priority_weight=9), task("etl"))
+        Worker(operator, seat="gpu-worker").claim(5, ["gpu"])[0].report("running")
+        ui_login(client)
+        grid = client.get("/ui/runs/dag/run").text
+        assert (texts(grid, "queue"), texts(grid, "pool"), texts(grid, "priority")) == (
+            ["default", "gpu"], ["default_pool", "gpus ×3"], ["1", "9"])
+        assert texts(client.get("/ui/seats").text, "routes") == ["gpu / gpus"]
+        pools = client.get("/ui/pools").text
+        assert texts(pools, "pool-name") == ["default_pool", "gpus"]
+        assert texts(pools, "occupied") == ["0", "3"] and texts(pools, "open") == ["128", "1"]
+        assert "<b>the GPU nodes</b>" not in pools and "&lt;b&gt;the GPU nodes&lt;/b&gt;" in pools
+
+
 class TestCharts:
     def test_the_runs_page_counts_attempts_per_minute_by_how_they_ended(self, client, operator):
         fence_run(operator)

@@ -5,7 +5,7 @@ from tests.api import ADMIN_PASSWORD
 from tests.ui.pages import texts, ui_login
 
 PAGES = ["/ui/runs", "/ui/runs/dag/run", "/ui/runs/dag/run?view=graph", "/ui/runs/dag/run?view=timeline",
-         "/ui/seats", "/ui/seats/etl-worker-1",
+         "/ui/seats", "/ui/seats/etl-worker-1", "/ui/pools",
          "/ui/task-instances/00000000-0000-0000-0000-000000000000",
          "/ui/task-instances/00000000-0000-0000-0000-000000000000/tries/1/log",
          "/ui/task-instances/00000000-0000-0000-0000-000000000000/tries/1/log.txt",
