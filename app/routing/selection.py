@@ -66,7 +66,8 @@ def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Route
     if not is_postgres(session):  # one writer at a time: nothing to lock
         rows = session.execute(pools).all()
         return Routes([name for name, _ in rows], rows[0][1]) if rows else None
-    rows = session.execute(pools.with_for_update(of=Pool)).all()
+    # FOR NO KEY UPDATE: claims and resizes queue on each other; a run naming the pool (FOR KEY SHARE) does not.
+    rows = session.execute(pools.with_for_update(of=Pool, key_share=True)).all()
     if not rows:
         return None
     if rows[0][1]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from sqlalchemy import case, delete, func, select, update
 from sqlmodel import Session
 
-from app.db import insert_ignore, upsert
+from app.db import insert_ignore, is_postgres, upsert
 from app.errors import AppError, conflict, not_found
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
@@ -82,17 +82,24 @@ def delete_pool(*, session: Session, name: str) -> None:
     for default_pool (every task without a pool names it)."""
     if name == DEFAULT_POOL:
         raise conflict("pool-in-use", "Pool in use", "The default pool cannot be deleted.")
+    # Delete first: the row's lock waits for runs naming the pool to commit, so the check
+    # below sees their task instances (the refusal rolls the delete back).
+    if session.execute(delete(Pool).where(Pool.name == name).returning(Pool.name)).first() is None:
+        raise not_found("pool", f"No pool {name!r}.")
     if session.execute(select(TaskInstance.id).where(
             TaskInstance.pool == name, TaskInstance.state.not_in(s.FINISHED)).limit(1)).first():
         raise conflict("pool-in-use", "Pool in use", f"Unfinished task instances name pool {name!r}.")
-    if session.execute(delete(Pool).where(Pool.name == name).returning(Pool.name)).first() is None:
-        raise not_found("pool", f"No pool {name!r}.")
 
 
 def check_routes(*, session: Session, wanted: dict[str, int]) -> None:
     """422 unknown-pool if a pool of `wanted` (pool -> the most slots one task asks of it) does
     not exist, 422 pool-too-small if a task asks more slots than its pool has."""
-    slots = dict(session.execute(select(Pool.name, Pool.slots).where(Pool.name.in_(list(wanted)))).all())
+    # FOR KEY SHARE on PostgreSQL: a concurrent DELETE of a pool waits for this run's commit
+    # (and then finds its task instances); claims and resizes do not wait for it.
+    found = select(Pool.name, Pool.slots).where(Pool.name.in_(list(wanted)))
+    if is_postgres(session):
+        found = found.with_for_update(read=True, key_share=True)
+    slots = dict(session.execute(found).all())
     if unknown := sorted(wanted.keys() - slots.keys()):
         raise AppError(422, "unknown-pool", "Unknown pool", f"No pool {', '.join(map(repr, unknown))}.")
     if small := sorted(p for p, n in wanted.items() if n > slots[p]):

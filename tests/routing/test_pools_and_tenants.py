@@ -48,6 +48,7 @@ class TestPools:
         make_pool(operator, "db-loads", 4)
         operator.create_run(task("a", pool="db-loads"))
         assert_problem(operator.delete("/v1/pools/db-loads"), 409, "pool-in-use")
+        assert pool(operator, "db-loads")["scheduled_slots"] == 1  # the refused delete rolled back
 
     def test_a_run_naming_an_unknown_pool_or_too_many_slots_is_refused_whole(self, operator):
         make_pool(operator, "db-loads", 4)
