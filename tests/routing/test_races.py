@@ -151,3 +151,20 @@ def test_a_tenant_cap_holds_under_concurrent_claims(servers):
     assert Counter(t for got in results for t in got) == {"acme": 3, "other": 16}
     with servers[0].client() as http:
         assert json_of(Operator(http, operator.token).get("/v1/tenants/acme"))["queued"] == 3
+
+
+def test_concurrent_claims_take_the_highest_weights_first(servers):
+    with servers[0].client() as http:
+        operator = Operator(http)
+        run = operator.create_run(*(task(f"low{i:02}") for i in range(30)),
+                                  *(task(f"urgent{i}", priority_weight=50 + i) for i in range(6)))
+        assert len(run["task_instances"]) == 36
+        workers = [Worker(operator, f"worker-{n}") for n in range(6)]
+
+    def claimer(headers):
+        def run_(http_client):
+            (item,) = json_of(http_client.post("/v1/dispatch/claim", json={"limit": 1}, headers=headers))["items"]
+            return item["correlation"]["task_id"]
+        return run_
+
+    assert sorted(race(servers, [claimer(w.headers) for w in workers])) == [f"urgent{i}" for i in range(6)]
