@@ -191,14 +191,6 @@ def upsert(
     return _wrote(session, stmt)
 
 
-def upsert_rows(session: Session, table: Any, rows: list[dict[str, Any]], index_elements: list[str],
-                update_columns: list[str]) -> None:
-    """One multi-row INSERT … ON CONFLICT DO UPDATE, setting `update_columns` from each row."""
-    stmt = _dialect_insert(session, table).values(rows)
-    session.execute(stmt.on_conflict_do_update(
-        index_elements=index_elements, set_={c: getattr(stmt.excluded, c) for c in update_columns}))
-
-
 def _wrote(session: Session, stmt: Any) -> bool:
     """Whether `stmt` wrote a row, told by RETURNING: the rowcount of an ORM-enabled INSERT is
     -1 on psycopg, so it cannot tell."""

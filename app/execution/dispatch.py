@@ -34,7 +34,7 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
           now: datetime | None = None) -> list[tuple[TaskInstance, DagRun]]:
     """scheduled -> queued (the claim rail) for up to `limit` ready task instances on `queues`,
     chosen by the routing rules (app/routing/selection.py: priority, tenant turns and caps,
-    pool slots), in one guarded UPDATE … RETURNING that bumps attempt_epoch, clears
+    pool slots), then one guarded UPDATE … RETURNING that bumps attempt_epoch, clears
     last_heartbeat_at and binds the execution. Claims that may take from the same pool run one
     after the other (the pool rows' lock on PostgreSQL; SQLite serialises writers), so two
     claimers never get the same task instance nor overfill a pool."""
@@ -44,12 +44,15 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
     routes = selection.lock_routes(session, queues, now)
     if routes is None:
         return []
-    # A materialised CTE, evaluated once before any row is updated: inlined, PostgreSQL may
-    # re-run the selection for every ready row (a nested-loop semi join).
-    chosen = selection.claimable(queues, routes, limit, now).cte("chosen").prefix_with("MATERIALIZED")
+    # The choice first, then the update by primary key: as one statement the planner may drive
+    # the update from every ready row (a nested loop over the choice) before it knows better.
+    chosen = list(session.execute(selection.claimable(routes.capped), selection.params(queues, now, routes, limit))
+                  .scalars())
+    if not chosen:
+        return []
     claimed = list(session.execute(
         update(TaskInstance)
-        .where(TaskInstance.id == chosen.c.id, from_sources(s.CLAIM))  # UPDATE … FROM chosen: by primary key
+        .where(TaskInstance.id.in_(chosen), from_sources(s.CLAIM))
         .values(**moved_to(s.CLAIM, now), queued_at=now, next_eligible_at=None,
                 **{**NEW_EXECUTION, "execution_id": execution_id})
         .returning(TaskInstance)
