@@ -37,7 +37,8 @@ def database_cpu(server: Server) -> dict[int, float]:
         return {}
     with psycopg.connect(server.database_url) as conn:
         pids = [pid for (pid,) in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'")]
     return {pid: cpu_seconds(pid) for pid in pids if Path(f"/proc/{pid}").exists()}
 
 
