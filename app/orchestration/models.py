@@ -39,8 +39,8 @@ class TaskInstance(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id", "task_id", "map_index"),
         Index("ix_task_instances_state_next_eligible_at", "state", "next_eligible_at"),
-        Index("ix_task_instances_state_queue", "state", "queue"),  # the claim's ready work on its queues
-        Index("ix_task_instances_state_pool", "state", "pool"),  # the slots in flight per pool
+        # The claim's: ready work per queue and pool, and the slots in flight per pool.
+        Index("ix_task_instances_state_queue_pool", "state", "queue", "pool"),
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
