@@ -90,7 +90,11 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 40, pool_t
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, **pool)
+    # No ping per checkout (a round trip on every request): a connection the server dropped
+    # fails its statement, which is answered 503 connection-lost, and SQLAlchemy then
+    # invalidates the whole pool, so the next request connects afresh. Connections are also
+    # recycled hourly, before a server or proxy idle timeout can cut them unseen.
+    return create_engine(url, pool_recycle=3600, **pool)
 
 
 def reading(engine: Engine) -> Engine:
