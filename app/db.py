@@ -63,7 +63,7 @@ JSONType = JSON
 READ_ONLY = "fenceline_read_only"
 
 
-def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 40, pool_timeout: float = 30.0) -> Engine:
+def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20, pool_timeout: float = 30.0) -> Engine:
     """An engine for `url`; the pool figures bound the connections one process opens."""
     pool = {"pool_size": pool_size, "max_overflow": max_overflow, "pool_timeout": pool_timeout}
     if url.startswith("sqlite"):
