@@ -218,17 +218,17 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
     win = paging.window(store, log, start, full=full_content or ndjson)
     next_token = win.token(installation(request).keyring, ti.id, try_number)
     if ndjson:
-        body = (json.dumps(service.structured(line)) + "\n" for line in paging.lines(store, log, win.start, win.end))
+        body = (part + "\n" for part in paging.structured_parts(store, log, win.start, win.end, "\n"))
         headers = {"Airflow-Continuation-Token": next_token} if next_token else None
         return StreamingResponse(paging.batched(body), media_type="application/x-ndjson", headers=headers)
-    return StreamingResponse(paging.batched(_json_log(paging.lines(store, log, win.start, win.end), next_token)),
-                             media_type="application/json")
+    return StreamingResponse(paging.batched(_json_log(paging.structured_parts(store, log, win.start, win.end, ","),
+                                                      next_token)), media_type="application/json")
 
 
-def _json_log(lines: Any, next_token: str | None) -> Any:
+def _json_log(parts: Any, next_token: str | None) -> Any:
     yield '{"content":['
-    for n, line in enumerate(lines):
-        yield ("," if n else "") + json.dumps(service.structured(line))
+    for n, part in enumerate(parts):
+        yield ("," if n else "") + part
     yield '],"continuation_token":' + json.dumps(next_token) + "}"
 
 
