@@ -169,22 +169,28 @@ PROMOTIONS: dict[Rail, dict[str, Any]] = {
 }
 
 
-def promote(*, session: Session, rail: Rail, now: datetime, skip_locked: bool) -> None:
-    """Take the time-driven `rail` (up_for_retry or up_for_reschedule -> scheduled, new epoch)
-    for every row whose wait is over. Rows another transaction holds are skipped, not waited for."""
-    due = select(TI.c.id).where(from_sources(rail), TI.c.next_eligible_at <= now)
+def promote(*, session: Session, now: datetime, skip_locked: bool, rail: Rail | None = None) -> None:
+    """Take the time-driven `rail`, or every one (up_for_retry or up_for_reschedule -> scheduled,
+    new epoch), for every row whose wait is over, in one statement: what each rail sets beyond
+    the others is chosen by the row's state (they share their target and a new epoch, so
+    moved_to is alike). Rows another transaction holds are skipped, not waited for."""
+    rails = list(PROMOTIONS) if rail is None else [rail]
+    sources = sorted(set().union(*(r.sources for r in rails)))
+    due = select(TI.c.id).where(TI.c.state.in_(sources), TI.c.next_eligible_at <= now)
     if skip_locked:
         due = due.with_for_update(skip_locked=True)
+    by_state = {column: case(*((from_sources(r), PROMOTIONS[r][column]) for r in rails if column in PROMOTIONS[r]),
+                             else_=TI.c[column])
+                for column in {column for r in rails for column in PROMOTIONS[r]}}
     session.execute(
-        update(TI).where(TI.c.id.in_(due), from_sources(rail))
-        .values(**moved_to(rail, now), next_eligible_at=None, **NEW_EXECUTION, **PROMOTIONS[rail])
+        update(TI).where(TI.c.id.in_(due), TI.c.state.in_(sources))
+        .values(**moved_to(rails[0], now), next_eligible_at=None, **NEW_EXECUTION, **by_state)
     )
 
 
 def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> None:
     """Every time-driven rail whose wait is over."""
-    for rail in PROMOTIONS:
-        promote(session=session, rail=rail, now=now, skip_locked=skip_locked)
+    promote(session=session, now=now, skip_locked=skip_locked)
 
 
 def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR,
