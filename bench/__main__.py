@@ -49,7 +49,7 @@ def roundtrips(seconds: float, agents: int = 16) -> list[list[object]]:
 def _roundtrips_on(workers: int, seconds: float, agents: int) -> list[object]:
     with Server("postgresql", "--workers", str(workers)) as server, server.client() as client:
         operator = server.operator(client)
-        create_runs(client, operator, 12_000)
+        create_runs(client, operator, 4_000)
         heads = [worker_headers(client, operator, f"bench-{n}") for n in range(agents)]
         row, cpu = measured(server, agents, seconds, lambda n, d, s: agent(server, heads[n], d, s))
         return figure(f"round trips ({agents} agents)", "postgresql", workers, row, cpu,
