@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from starlette.responses import Response, StreamingResponse
+
 from app.airflow import service
 from app.auth import tokens
 from app.auth.tokens import KeyRing
@@ -152,6 +154,20 @@ def batched(parts: Iterator[str], size: int = 64 * 1024) -> Iterator[bytes]:
             buffer, length = [], 0
     if buffer:
         yield "".join(buffer).encode()
+
+
+INLINE_BYTES = 256 * 1024  # a window this small is answered whole, not streamed
+
+
+def answer(parts: Iterator[str | bytes], window_bytes: int, media_type: str,
+           headers: dict[str, str] | None = None) -> Response:
+    """The body `parts` make of a window of `window_bytes` log bytes: assembled in the
+    request's own thread when the window is small (most logs: no thread hop per streamed part,
+    no second connection), streamed when it is not (memory stays flat for any size)."""
+    if window_bytes <= INLINE_BYTES:
+        body = b"".join(part.encode() if isinstance(part, str) else part for part in parts)
+        return Response(body, media_type=media_type, headers=headers)
+    return StreamingResponse(parts, media_type=media_type, headers=headers)
 
 
 def json_string_stream(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:
