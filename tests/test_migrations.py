@@ -76,14 +76,14 @@ def test_replicas_migrating_at_once_all_succeed(backend, tmp_path):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_routing_expands_existing_task_instances_with_airflow_defaults(backend, tmp_path):
-    """0011 only adds: a task instance written before it gets queue `default`, pool
+    """0008 only adds: a task instance written before it gets queue `default`, pool
     `default_pool`, one slot, weight 1 and its run's tenant, and the default pool has Airflow's
     128 slots."""
     with throwaway_database(backend, tmp_path) as url:
         engine = make_engine(url)
         try:
-            upgrade(url, "0006")
-            with engine.begin() as conn:  # the 0006 columns only, as a replica before 0011 writes them
+            upgrade(url, "0007")
+            with engine.begin() as conn:  # the 0007 columns only, as a replica before 0008 writes them
                 conn.execute(table("dag_runs", *cols(id=Uuid, dag_id=String, run_id=String, state=String,
                                                      tenant_id=String, trace_id=String, conf=JSON,
                                                      created_at=UTCDateTime, updated_at=UTCDateTime)).insert().values(
@@ -103,7 +103,7 @@ def test_routing_expands_existing_task_instances_with_airflow_defaults(backend, 
                 pools = conn.execute(text("SELECT name, slots FROM pools")).all()
             assert tuple(ti) == ("default", "default_pool", 1, 1, "acme")  # and the run's tenant
             assert [tuple(p) for p in pools] == [("default_pool", 128)]
-            downgrade(url, "0006")
+            downgrade(url, "0007")
             upgrade(url)
             assert schema_diff(engine) == []
         finally:

@@ -4,40 +4,49 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, select, update
 from sqlmodel import Session
 
 from app.db import is_postgres, utcnow
 from app.errors import AppError
-from app.execution.attempts import open_attempt
+from app.execution.attempts import open_attempts
 from app.identity.models import Execution
 from app.orchestration import states as s
-from app.orchestration.models import DagRun, TaskInstance
-from app.orchestration.rails import NEW_EXECUTION, from_sources, moved_to, promote_eligible
+from app.orchestration.rails import NEW_EXECUTION, RUNS, TI, from_sources, moved_to, promote_eligible
 from app.routing import selection
 from app.routing.models import DEFAULT_QUEUE
 
+EXECUTIONS = Execution.__table__
 
-def require_current_execution(session: Session, execution_id: uuid.UUID) -> Execution:
-    """The claiming execution, which must be admitted, not superseded and not observed
-    terminal: a superseded execution's worker token claims nothing."""
-    execution = session.get(Execution, execution_id)
+
+def require_current_execution(session: Session, execution_id: uuid.UUID) -> None:
+    """The claiming execution must be admitted, not superseded and not observed terminal: a
+    superseded execution's worker token claims nothing."""
+    execution = session.execute(select(EXECUTIONS.c.superseded_by, EXECUTIONS.c.obs_terminal)
+                                .where(EXECUTIONS.c.execution_id == execution_id)).first()
     if execution is None or execution.superseded_by is not None or execution.obs_terminal:
         why = "is unknown" if execution is None else (
             f"was superseded by {execution.superseded_by}" if execution.superseded_by else "was observed terminal")
         raise AppError(409, "stale-execution", "Stale execution", f"Execution {execution_id} {why}.",
                        should_terminate=True)
-    return execution
+
+
+# What a claim answers of each claimed row: its WorkItem's payload and correlation (the run's
+# tenant is copied on the task instance; its trace is read in the same statement).
+CLAIMED_COLUMNS = (TI.c.id, TI.c.dag_run_id, TI.c.dag_id, TI.c.run_id, TI.c.task_id, TI.c.map_index, TI.c.payload,
+                   TI.c.try_number, TI.c.attempt_epoch, TI.c.execution_id, TI.c.tenant_id,
+                   select(RUNS.c.trace_id).where(RUNS.c.id == TI.c.dag_run_id).scalar_subquery().label("trace_id"))
 
 
 def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequence[str] = (DEFAULT_QUEUE,),
-          now: datetime | None = None) -> list[tuple[TaskInstance, DagRun]]:
+          now: datetime | None = None) -> list[tuple[Row, Row]]:
     """scheduled -> queued (the claim rail) for up to `limit` ready task instances on `queues`,
     chosen by the routing rules (app/routing/selection.py: priority, tenant turns and caps,
     pool slots), then one guarded UPDATE … RETURNING that bumps attempt_epoch, clears
     last_heartbeat_at and binds the execution. Claims that may take from the same pool run one
     after the other (the pool rows' lock on PostgreSQL; SQLite serialises writers), so two
-    claimers never get the same task instance nor overfill a pool."""
+    claimers never get the same task instance nor overfill a pool. Answers (task instance, run)
+    pairs; one Core row serves as both (it carries the run's tenant and trace)."""
     now = now or utcnow()
     require_current_execution(session, execution_id)
     promote_eligible(session=session, now=now, skip_locked=is_postgres(session))
@@ -50,20 +59,16 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
                   .scalars())
     if not chosen:
         return []
-    claimed = list(session.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id.in_(chosen), from_sources(s.CLAIM))
+    claimed = session.execute(
+        update(TI)
+        .where(TI.c.id.in_(chosen), from_sources(s.CLAIM))
         .values(**moved_to(s.CLAIM, now), queued_at=now, next_eligible_at=None,
                 **{**NEW_EXECUTION, "execution_id": execution_id})
-        .returning(TaskInstance)
-        .execution_options(populate_existing=True, synchronize_session=False)
-    ).scalars())
+        .returning(*CLAIMED_COLUMNS)
+    ).all()
     if not claimed:
         return []
-    runs = {r.id: r for r in session.execute(
-        select(DagRun).where(DagRun.id.in_({ti.dag_run_id for ti in claimed}))).scalars()}
-    selection.take_turns(session, (runs[ti.dag_run_id].tenant_id for ti in claimed), now)
-    for ti in claimed:
-        open_attempt(session, ti, now)
+    selection.take_turns(session, (row.tenant_id for row in claimed), now)
+    open_attempts(session, claimed, now)
     claimed.sort(key=lambda ti: (ti.dag_id, ti.run_id, ti.task_id, ti.map_index))
-    return [(ti, runs[ti.dag_run_id]) for ti in claimed]
+    return [(ti, ti) for ti in claimed]

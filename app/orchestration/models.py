@@ -41,6 +41,8 @@ class TaskInstance(SQLModel, table=True):
         Index("ix_task_instances_state_next_eligible_at", "state", "next_eligible_at"),
         # The claim's: ready work per queue and pool, and the slots in flight per pool.
         Index("ix_task_instances_state_queue_pool", "state", "queue", "pool"),
+        # Readiness after a success reads a run's waiting rows (rails.ready_downstream).
+        Index("ix_task_instances_dag_run_id_state", "dag_run_id", "state"),
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)

@@ -7,16 +7,16 @@ from the server defaults, and their run's tenant_id, so replicas still running t
 revision keep creating task instances the claim can route (a task instance such a replica
 creates has no tenant_id: until the rollout ends it counts as the no-tenant tenant).
 
-Revision ID: 0011
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-11-30
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
