@@ -85,7 +85,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                    max_overflow=settings.database_max_overflow,
                                    pool_timeout=settings.database_pool_timeout_seconds)
     app.state.read_engine = reading(app.state.engine)
-    app.state.wakeups = Hub(app.state.engine, lambda: next_due(app.state.read_engine))
+    # Claims in flight at once: half the pool, the rest for every other request.
+    app.state.wakeups = Hub(app.state.engine, lambda: next_due(app.state.read_engine),
+                            claim_threads=max(1, settings.database_pool_size // 2))
     store_name, store_note = stores.choose(settings)
     app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
     install_error_handlers(app)

@@ -96,8 +96,14 @@ class Hub:
     come, in Unix seconds, or None. Everything else runs on the event loop.
     """
 
-    def __init__(self, engine: Engine, next_due: Callable[[], float | None]) -> None:
-        self.engine, self.next_due = engine, next_due
+    def __init__(self, engine: Engine, next_due: Callable[[], float | None], claim_threads: int) -> None:
+        self.engine, self.next_due, self.claim_threads = engine, next_due, claim_threads
+        # Claim attempts run on threads of their own limiter, not the shared threadpool's: a
+        # burst of claims (a fleet renewing its waits) then neither takes every thread nor every
+        # pooled connection from the requests already holding one (a session waiting for a
+        # thread to commit on, while claim threads wait for its connection, is a deadlock
+        # until the pool's timeout).
+        self.claim_limiter: anyio.CapacityLimiter | None = None
         self.generation = 0  # counts events: a claim that saw it move looks again before waiting
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._pending = 0  # task instances announced and, as far as this process knows, not taken
@@ -115,6 +121,7 @@ class Hub:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.claim_limiter = anyio.CapacityLimiter(self.claim_threads)
         if self.engine.dialect.name == "postgresql":
             self._spawn(self._listen())  # resynchronises once it listens
         else:

@@ -45,10 +45,10 @@ def database(backend: str, data_dir: Path) -> Iterator[str | None]:
 
 
 class Server:
-    """`fenceline serve` in a subprocess, on a temp data dir and a free port."""
+    """`fenceline serve [serve_args]` in a subprocess, on a temp data dir and a free port."""
 
-    def __init__(self, backend: str, **settings: str) -> None:
-        self.backend, self.settings = backend, settings
+    def __init__(self, backend: str, serve_args: list[str] | None = None, **settings: str) -> None:
+        self.backend, self.settings, self.serve_args = backend, settings, serve_args or []
 
     def __enter__(self) -> "Server":
         self._stack = contextlib.ExitStack()
@@ -62,7 +62,7 @@ class Server:
         if url:
             env["FENCELINE_DATABASE_URL"] = url
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning", *self.serve_args],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

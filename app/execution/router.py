@@ -5,7 +5,6 @@ import uuid
 import anyio
 from fastapi import APIRouter, Request
 from sqlmodel import Session
-from starlette.concurrency import run_in_threadpool
 
 from app import wakeups
 from app.auth import tokens
@@ -53,8 +52,9 @@ async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -
     """Claim up to `limit` ready task instances for the calling execution (worker token); with
     `wait_seconds`, wait that long for work (answered as soon as some is claimed), holding
     neither a thread nor a database connection while waiting."""
+    hub: wakeups.Hub = request.app.state.wakeups
     items = await wakeups.wait_for_work(
-        request.app.state.wakeups, lambda: run_in_threadpool(claim_now, request, execution_id, body.limit),
+        hub, lambda: anyio.to_thread.run_sync(claim_now, request, execution_id, body.limit, limiter=hub.claim_limiter),
         limit=body.limit, seconds=body.wait_seconds, gone=request.is_disconnected)
     return WorkItems(items=items)
 
