@@ -1,9 +1,16 @@
 """The `fenceline` console command."""
 
 import argparse
+import os
 import sys
+from typing import TYPE_CHECKING
+
+from sqlalchemy.pool import NullPool
 
 from app.config import get_settings, log_store_name
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
 def _migrate() -> str:
@@ -25,6 +32,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 # Exit statuses of `fenceline serve` (docs/operations.md).
 EXIT_SCHEMA_NOT_AT_HEAD = 5
+EXIT_WORKERS_REFUSED = 7
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -40,6 +48,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         url = _migrate()
     settings = get_settings()
+    workers, refusal = server_processes(args.workers, url, settings)
+    if refusal is not None:
+        print(f"fenceline: {refusal}", file=sys.stderr, flush=True)
+        return EXIT_WORKERS_REFUSED
     print(f"fenceline: data in {_redacted(url)}", flush=True)
     print(
         f"fenceline: listening on http://{args.host}:{args.port} — log in with POST /auth/token "
@@ -52,9 +64,52 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "and printed at this installation's first start", flush=True)
     # X-Forwarded-For is believed only from FENCELINE_TRUSTED_PROXIES (app/main.py), not from
     # whatever uvicorn trusts by default.
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
-                proxy_headers=False)
+    common = {"host": args.host, "port": args.port, "log_level": args.log_level, "proxy_headers": False}
+    if workers == 1:
+        uvicorn.run(create_app(settings), **common)
+    else:
+        # uvicorn's supervisor: N processes accept on the one socket, each building its app
+        # from the same environment; one of them wins the sweep (app/execution/reapers.py).
+        print(f"fenceline: {workers} server processes", flush=True)
+        uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)
     return 0
+
+
+def server_processes(asked: int | None, url: str, settings: "Settings") -> tuple[int, str | None]:
+    """How many server processes to run, or why not: SQLite takes one writer process only; on
+    PostgreSQL every process may open its pool, its overflow and one listening connection,
+    and all of them together must stay below max_connections minus the headroom kept for
+    other clients. Unasked, as many as there are cores, as far as the budget allows."""
+    if asked is not None and asked < 1:
+        return 0, f"--workers must be at least 1, not {asked}"
+    if not url.startswith("postgresql"):
+        if asked not in (None, 1):
+            return 0, (f"--workers {asked} refused: SQLite serves from one process (its writers queue on one "
+                       "file lock); use PostgreSQL for more server processes")
+        return 1, None
+    per_process = settings.database_pool_size + settings.database_max_overflow + 1
+    allowed = database_max_connections(url) - settings.database_connections_headroom
+    if asked is None:
+        return max(1, min(os.cpu_count() or 1, allowed // per_process)), None
+    if asked * per_process > allowed:
+        return 0, (f"--workers {asked} refused: {asked} processes may open {asked * per_process} database "
+                   f"connections ({asked} × (pool {settings.database_pool_size} + overflow "
+                   f"{settings.database_max_overflow} + 1 listener)), more than PostgreSQL's max_connections "
+                   f"minus FENCELINE_DATABASE_CONNECTIONS_HEADROOM ({allowed}); lower --workers, "
+                   "FENCELINE_DATABASE_POOL_SIZE or FENCELINE_DATABASE_MAX_OVERFLOW, or raise max_connections")
+    return asked, None
+
+
+def database_max_connections(url: str) -> int:
+    """PostgreSQL's max_connections, asked of the server."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SHOW max_connections")).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def _schema_mismatch(url: str) -> str | None:
@@ -134,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="server processes on the one port (default: one per core on PostgreSQL, within the "
+                            "connection budget; SQLite: 1, and only 1)")
     serve.add_argument("--no-migrate", action="store_true",
                        help="do not migrate; refuse to start (exit 5) unless the schema is at the migrations' head")
     serve.set_defaults(func=cmd_serve)

@@ -206,7 +206,7 @@ def run(idle: int = 1000, busy: int = 100, idle_seconds: float = 30.0, runs: int
     raise_open_files(2 * (idle + busy) + 1000)
     workers = 2 if serve_workers_option() and backend == "postgresql" else 1
     args = ["--workers", str(workers)] if workers > 1 else []
-    with Server(backend, serve_args=args) as server:
+    with Server(backend, *args) as server:
         figures = asyncio.run(fleet(server, idle, busy, idle_seconds, runs, tasks_per_run))
     return {"server processes": workers, **figures}
 
