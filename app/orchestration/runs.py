@@ -12,6 +12,7 @@ from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.schemas import RunCreate
 from app.routing.service import check_routes
+from app.wakeups import announce
 
 
 def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[TaskInstance]]:
@@ -46,6 +47,8 @@ def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[Ta
     ]
     session.add_all(tis)
     session.flush()
+    if ready := sum(ti.state == s.SCHEDULED for ti in tis):
+        announce(session, count=ready)
     return run, tis
 
 

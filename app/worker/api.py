@@ -89,18 +89,20 @@ class Api:
     """The endpoints the worker calls. One client, shared by every task thread."""
 
     def __init__(self, server: str, timeout: float = 15.0) -> None:
-        self.server = server.rstrip("/")
+        self.server, self.timeout = server.rstrip("/"), timeout
         self.http = httpx.Client(base_url=self.server, timeout=httpx.Timeout(timeout, connect=5.0))
 
     def close(self) -> None:
         self.http.close()
 
     def call(self, method: str, path: str, *, token: str | None = None, json: Any = None,
-             headers: dict[str, str] | None = None) -> tuple[int, Any]:
-        """One request; answers (status, body) for a 2xx, else raises."""
+             headers: dict[str, str] | None = None, wait: float = 0.0) -> tuple[int, Any]:
+        """One request (that the server may hold `wait` seconds); answers (status, body) for a
+        2xx, else raises."""
         all_headers = {**(bearer(token) if token else {}), **(headers or {})}
+        timeout = self.http.timeout if not wait else httpx.Timeout(self.timeout + wait, connect=5.0)
         try:
-            resp = self.http.request(method, path, json=json, headers=all_headers)
+            resp = self.http.request(method, path, json=json, headers=all_headers, timeout=timeout)
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
         if resp.is_success:
@@ -122,9 +124,11 @@ class Api:
 
     # worker and agent calls ----------------------------------------------------------------
 
-    def claim(self, worker_token: str, limit: int, queues: Sequence[str] = ("default",)) -> list[dict[str, Any]]:
-        body = {"limit": limit, "queues": list(queues)}
-        return self.call("POST", "/v1/dispatch/claim", token=worker_token, json=body)[1]["items"]
+    def claim(self, worker_token: str, limit: int, queues: Sequence[str] = ("default",),
+              wait: float = 0.0) -> list[dict[str, Any]]:
+        """Up to `limit` WorkItems on `queues`; the server holds the request up to `wait` seconds for work."""
+        body = {"limit": limit, "queues": list(queues), "wait_seconds": wait}
+        return self.call("POST", "/v1/dispatch/claim", token=worker_token, json=body, wait=wait)[1]["items"]
 
     def report(self, attempt_token: str, state: str, reason: str | None = None) -> dict[str, Any]:
         body = {"state": state, **({"reason": reason} if reason else {})}
