@@ -7,15 +7,23 @@ each server process LISTENs on one connection of its own; on SQLite (one process
 goes to this process's hub when the session commits. An event says how many task instances
 became claimable (or that nobody knows) and when (now, or a later `next_eligible_at`); the hub
 wakes that many waiting claims, oldest first, and keeps a timer on the earliest later time.
-Payloads are JSON objects, so a later key (a queue name) is a compatible addition.
+Payloads are JSON objects, so a later key is a compatible addition.
+
+Routing (docs/behaviour.md, "Routing"): an event about new work names its queue, and wakes only
+waiters serving that queue. A freed pool slot or tenant place (any move out of queued or
+running), a grown pool or a raised or removed cap is a `room` event: it wakes the waiters whose
+last look found ready work on their queues that a pool or a cap held back ("blocked"), and no
+other (a waiter that found nothing ready can only be helped by new work, which names its queue).
+An event that names no queue (a promotion's, the timer's, a resynchronisation) wakes the oldest
+waiter of each distinct set of queues.
 """
 
 import asyncio
 import json
 import logging
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -31,15 +39,19 @@ T = TypeVar("T")
 CHANNEL = "fenceline_ready"
 _PENDING, _SENT = "fenceline_wakeups_pending", "fenceline_wakeups_sent"
 RECONNECT_CAP_SECONDS = 10.0
+ANY_QUEUE: frozenset[str] = frozenset()  # a waiter serving every queue: woken by any work
 
 
 @dataclass(frozen=True)
 class Ready:
-    """`count` task instances (None: unknown, at least one) become claimable at `at` (Unix
-    seconds; None: now)."""
+    """`count` task instances (None: unknown, at least one) on `queue` (None: any) become
+    claimable at `at` (Unix seconds; None: now); or, with `room`, work held back by a pool or a
+    cap may now fit."""
 
     count: int | None = None
     at: float | None = None
+    queue: str | None = None
+    room: bool | None = None
 
     def payload(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, separators=(",", ":"))
@@ -49,16 +61,19 @@ class Ready:
         """The event a payload names; an unreadable one is taken as "something, now"."""
         try:
             fields = json.loads(payload) if payload else {}
-            count, at = fields.get("count"), fields.get("at")
-            return cls(int(count) if count is not None else None, float(at) if at is not None else None)
+            count, at, queue = fields.get("count"), fields.get("at"), fields.get("queue")
+            return cls(int(count) if count is not None else None, float(at) if at is not None else None,
+                       str(queue) if queue is not None else None, bool(fields.get("room")) or None)
         except (ValueError, TypeError, AttributeError):
             return cls()
 
 
-def announce(session: Session, *, count: int | None = None, at: datetime | None = None) -> None:
+def announce(session: Session, *, count: int | None = None, at: datetime | None = None, queue: str | None = None,
+             room: bool = False) -> None:
     """Tell waiting claimers, when `session`'s transaction commits, that `count` task instances
-    become claimable at `at` (now when None). Nothing is told if the transaction rolls back."""
-    ready = Ready(count, at.timestamp() if at is not None else None)
+    on `queue` become claimable at `at` (now when None); with `room`, that a pool slot or a
+    tenant place was freed or added. Nothing is told if the transaction rolls back."""
+    ready = Ready(count, at.timestamp() if at is not None else None, queue, room or None)
     if session.get_bind().dialect.name == "postgresql":
         payload = ready.payload()
         sent = session.info.setdefault(_SENT, set())
@@ -67,6 +82,17 @@ def announce(session: Session, *, count: int | None = None, at: datetime | None 
             session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload})
     else:
         session.info.setdefault(_PENDING, []).append(ready)
+
+
+def announce_queues(session: Session, queues: Iterable[str]) -> None:
+    """Announce task instances on these queues (one queue per task instance) claimable now."""
+    for queue, count in sorted(Counter(queues).items()):
+        announce(session, count=count, queue=queue)
+
+
+def announce_room(session: Session) -> None:
+    """Announce that a pool slot or a tenant place was freed or added."""
+    announce(session, room=True)
 
 
 # SQLite: the hubs of this process, by database URL, told after a commit.
@@ -89,6 +115,19 @@ def _after_rollback(session: Session) -> None:
     session.info.pop(_PENDING, None)
 
 
+@dataclass(eq=False)
+class Waiter:
+    """A waiting claim: the queues it serves, and whether its last look found ready work on
+    them that a pool or a cap held back."""
+
+    future: "asyncio.Future[None]"
+    queues: frozenset[str]
+    blocked: bool = False
+
+    def serves(self, queues: frozenset[str] | None) -> bool:
+        return queues is None or not self.queues or not self.queues.isdisjoint(queues)
+
+
 class Hub:
     """One process's waiting claims and its timer on the earliest time-driven readiness.
 
@@ -105,7 +144,7 @@ class Hub:
         # until the pool's timeout).
         self.claim_limiter: anyio.CapacityLimiter | None = None
         self.generation = 0  # counts events: a claim that saw it move looks again before waiting
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[Waiter] = deque()
         self._pending = 0  # task instances announced and, as far as this process knows, not taken
         self._next_at: float | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -115,7 +154,7 @@ class Hub:
     @property
     def waiting(self) -> int:
         """How many claims wait now."""
-        return sum(not waiter.done() for waiter in self._waiters)
+        return sum(not waiter.future.done() for waiter in self._waiters)
 
     # lifecycle -----------------------------------------------------------------------------
 
@@ -149,44 +188,75 @@ class Hub:
             self._loop.call_soon_threadsafe(self.deliver, ready)
 
     def deliver(self, ready: Ready) -> None:
-        """An event: wake as many waiters as task instances became claimable (one when the
-        count is unknown: a claim that comes back full passes the wake on), or set the timer."""
+        """An event: wake as many waiters on its queue as task instances became claimable (one
+        when the count is unknown: a claim that comes back full passes the wake on; the oldest
+        of each set of queues when it names no queue), the blocked waiters on `room`, or set
+        the timer."""
         if ready.at is not None and ready.at > time.time():
             self._wake_at(ready.at)
             return
         self.generation += 1
+        if ready.room:
+            self._wake_where(lambda waiter: waiter.blocked)
+            return
         count = ready.count if ready.count is not None else 1
         self._pending += count
-        self.wake(count)
+        if ready.queue is not None:
+            self.wake(count, frozenset((ready.queue,)))
+            return
+        per_queues: Counter[frozenset[str]] = Counter()
 
-    def wake(self, count: int) -> None:
-        """Wake up to `count` waiting claims, oldest first."""
-        while count > 0 and self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+        def first_of_its_queues(waiter: Waiter) -> bool:
+            per_queues[waiter.queues] += 1
+            return per_queues[waiter.queues] <= count
+        self._wake_where(first_of_its_queues)
+
+    def wake(self, count: int, queues: frozenset[str] | None = None) -> None:
+        """Wake up to `count` waiting claims serving any of `queues` (any claim when None),
+        oldest first."""
+        for waiter in list(self._waiters):
+            if count <= 0:
+                break
+            if waiter.serves(queues) and self._set(waiter):
                 count -= 1
 
-    def took(self, claimed: int, full: bool) -> None:
-        """A claim came back with `claimed` items; `full` if it took all it asked for (more may
-        be ready: the next waiter is woken while announced work may remain)."""
+    def _wake_where(self, woken: Callable[[Waiter], bool]) -> None:
+        for waiter in list(self._waiters):
+            if not waiter.future.done() and woken(waiter):
+                self._set(waiter)
+
+    def _set(self, waiter: Waiter) -> bool:
+        self._waiters.remove(waiter)
+        if waiter.future.done():
+            return False
+        waiter.future.set_result(None)
+        return True
+
+    def took(self, claimed: int, full: bool, queues: frozenset[str] | None = None) -> None:
+        """A claim on `queues` came back with `claimed` items; `full` if it took all it asked
+        for (more may be ready: the next waiter on those queues is woken while announced work
+        may remain)."""
         self._pending = max(0, self._pending - claimed) if full else 0
         if full and self._pending:
-            self.wake(1)
+            self.wake(1, queues)
 
-    async def wait(self, timeout: float) -> bool:
-        """Wait to be woken, at most `timeout` seconds; True if woken."""
+    async def wait(self, timeout: float, queues: frozenset[str] | None = None, blocked: bool = False) -> bool:
+        """Wait to be woken, at most `timeout` seconds, by work on `queues` (every queue when
+        None) or, if `blocked` (ready work on them was held back), by freed room; True if
+        woken."""
         assert self._loop is not None, "the hub has not started"
-        waiter: asyncio.Future[None] = self._loop.create_future()
+        waiter = Waiter(self._loop.create_future(), queues if queues is not None else ANY_QUEUE, blocked)
         self._waiters.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
         except TimeoutError:
             pass
         finally:
-            if not waiter.done():  # not woken: a later wake skips it
-                waiter.cancel()
-        return not waiter.cancelled()  # woken, also as the wait ended: the wake is used, not lost
+            if not waiter.future.done():  # not woken: a later wake skips it
+                waiter.future.cancel()
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        return not waiter.future.cancelled()  # woken, also as the wait ended: the wake is used, not lost
 
     # time-driven readiness -----------------------------------------------------------------
 
@@ -239,30 +309,35 @@ class Hub:
             delay = min(RECONNECT_CAP_SECONDS, delay * 2)
 
 
-async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[list[T]]], *, limit: int, seconds: float,
-                        gone: Callable[[], Awaitable[bool]]) -> list[T]:
-    """`attempt()` (one claim of up to `limit`) until it answers something or `seconds` have
-    passed, waiting for wake-ups in between. Nothing is claimed once `gone()` (the client
-    left); a waiter that was woken and does not claim passes its wake on."""
+async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T], bool]]], *, limit: int,
+                        seconds: float, gone: Callable[[], Awaitable[bool]],
+                        queues: Iterable[str] | None = None) -> list[T]:
+    """`attempt()` (one claim of up to `limit` on `queues`, answering its items and whether
+    ready work on them was held back by a pool or a cap) until it answers something or
+    `seconds` have passed, waiting for wake-ups on those queues in between. Nothing is claimed
+    once `gone()` (the client left); a waiter that was woken and does not claim passes its
+    wake on."""
+    served = frozenset(queues) if queues is not None else None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     woken = False
     while True:
         if await gone():
             if woken:
-                hub.wake(1)
+                hub.wake(1, served)
             return []
         seen = hub.generation
         try:
-            items = await attempt()
+            items, blocked = await attempt()
         except BaseException:
             if woken:
-                hub.wake(1)
+                hub.wake(1, served)
             raise
-        hub.took(len(items), len(items) >= limit)
+        hub.took(len(items), len(items) >= limit, served)
         remaining = deadline - loop.time()
         if items or remaining <= 0:
             return items
-        woken = hub.generation != seen or await hub.wait(remaining)  # an event during the claim: look again
+        # An event during the claim: look again.
+        woken = hub.generation != seen or await hub.wait(remaining, served, blocked)
         if not woken:
             return []

@@ -9,6 +9,7 @@ from sqlmodel import Session
 from app import wakeups
 from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
+from app.db import utcnow
 from app.deps import SessionDep, StoreDep, commit
 from app.errors import AppError
 from app.execution import attempts, dispatch, fence, observations, operator, reapers
@@ -34,6 +35,7 @@ from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
 from app.problems import problems, refusals
+from app.routing import selection
 
 router = APIRouter(tags=["execution"], responses=problems(401, 403, 422))
 STALE = refusals(StaleReport)
@@ -49,24 +51,29 @@ def status(ti: TaskInstance) -> AttemptStatus:
 
 @router.post("/v1/dispatch/claim", responses=refusals(StaleExecution))
 async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -> WorkItems:
-    """Claim up to `limit` ready task instances for the calling execution (worker token); with
-    `wait_seconds`, wait that long for work (answered as soon as some is claimed), holding
-    neither a thread nor a database connection while waiting."""
+    """Claim up to `limit` ready task instances on `queues` for the calling execution (worker
+    token); with `wait_seconds`, wait that long for work on those queues (answered as soon as
+    some is claimed), holding neither a thread nor a database connection while waiting."""
     hub: wakeups.Hub = request.app.state.wakeups
+    waits = body.wait_seconds > 0
     items = await wakeups.wait_for_work(
-        hub, lambda: anyio.to_thread.run_sync(claim_now, request, execution_id, body.limit, body.queues,
-                                           limiter=hub.claim_limiter),
-        limit=body.limit, seconds=body.wait_seconds, gone=request.is_disconnected)
+        hub, lambda: anyio.to_thread.run_sync(claim_now, request, execution_id, body.limit, body.queues, waits,
+                                              limiter=hub.claim_limiter),
+        limit=body.limit, seconds=body.wait_seconds, gone=request.is_disconnected, queues=body.queues)
     return WorkItems(items=items)
 
 
-def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: list[str]) -> list[WorkItem]:
+def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: list[str],
+              waits: bool) -> tuple[list[WorkItem], bool]:
     """One claim in a transaction of its own, committed only while the client is still there
-    to be handed the items (in a worker thread of the event loop)."""
+    to be handed the items (in a worker thread of the event loop); with whether ready work on
+    `queues` was held back by a pool or a cap, when it claimed nothing and `waits`."""
     keyring, ttl = installation(request).keyring, request.app.state.settings.attempt_token_ttl_seconds
     items = []
     with Session(request.app.state.engine, expire_on_commit=False) as session:
-        for ti, run in dispatch.claim(session=session, execution_id=execution_id, limit=limit, queues=queues):
+        now = utcnow()
+        for ti, run in dispatch.claim(session=session, execution_id=execution_id, limit=limit, queues=queues,
+                                      now=now):
             correlation = Correlation(
                 ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
                 try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=run.tenant_id,
@@ -74,9 +81,10 @@ def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: lis
             token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
             items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
         if items and anyio.from_thread.run(request.is_disconnected):
-            return []  # rolled back: nobody is there to run them
+            return [], False  # rolled back: nobody is there to run them
+        blocked = waits and not items and selection.held_back(session, queues, now)
         session.commit()
-    return items
+    return items, blocked
 
 
 @router.post("/v1/attempts/report", responses=STALE)

@@ -10,7 +10,9 @@ Each CAS is guarded on `(id, state, try_number, attempt_epoch)` as read from the
 on the rail's source states: `None` means the row moved and the caller lost the race.
 
 Every rail that makes a task instance claimable, now or at a later `next_eligible_at`,
-announces it in the same transaction (app/wakeups.py), so waiting claims wake on commit.
+announces it (on its queue) in the same transaction (app/wakeups.py), so waiting claims wake
+on commit; every move out of queued or running announces the pool slot and tenant place it
+frees.
 """
 
 import random
@@ -26,7 +28,7 @@ from app.db import UTCDateTime, insert_ignore, utcnow
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from app.orchestration.states import Rail
-from app.wakeups import announce
+from app.wakeups import announce, announce_queues, announce_room
 
 # The tables, for the statements of the hot paths: plain Core, without the ORM's per-statement
 # bookkeeping (identity map, bulk-update evaluation), which those paths do not need.
@@ -84,7 +86,7 @@ def cas(session: Session, ti: TaskInstance, rail: Rail, now: datetime | None = N
     """Move `ti` along `rail` from the state, try and epoch it was read with; None if it moved
     since, or if that state is not one of the rail's sources (nor of `within`'s, when given)."""
     guards = [from_sources(rail)] if within is None else [from_sources(rail), from_sources(within)]
-    return session.execute(
+    moved = session.execute(
         update(TaskInstance)
         .where(
             TaskInstance.id == ti.id,
@@ -97,6 +99,9 @@ def cas(session: Session, ti: TaskInstance, rail: Rail, now: datetime | None = N
         .returning(TaskInstance)
         .execution_options(populate_existing=True, synchronize_session=False)
     ).scalar_one_or_none()
+    if moved is not None and ti.state in s.IN_FLIGHT and rail.target not in s.IN_FLIGHT:
+        announce_room(session)
+    return moved
 
 
 def archive_try(session: Session, ti: TaskInstance | Row, state: str) -> None:
@@ -144,7 +149,7 @@ def apply_outcome(
         """A move to a state claimable once `next_eligible_at` has passed."""
         moved = move(rail, **values)
         if moved is not None:
-            announce(session, count=1, at=moved.next_eligible_at)
+            announce(session, count=1, at=moved.next_eligible_at, queue=moved.queue)
         return moved
 
     if outcome.kind == "success":
@@ -171,7 +176,7 @@ def requeue(*, session: Session, ti: TaskInstance) -> TaskInstance | None:
     claim whose user code never started."""
     moved = cas(session, ti, s.REQUEUE, next_eligible_at=None, **NEW_EXECUTION)
     if moved is not None:
-        announce(session, count=1)
+        announce(session, count=1, queue=moved.queue)
     return moved
 
 
@@ -200,9 +205,9 @@ def promote(*, session: Session, now: datetime, skip_locked: bool, rail: Rail | 
     promoted = session.execute(
         update(TI).where(TI.c.id.in_(due), TI.c.state.in_(sources))
         .values(**moved_to(rails[0], now), next_eligible_at=None, **NEW_EXECUTION, **by_state)
-    ).rowcount
-    if promoted:
-        announce(session, count=promoted)
+        .returning(TI.c.queue)
+    ).scalars().all()
+    announce_queues(session, promoted)
 
 
 def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> None:
@@ -293,6 +298,7 @@ def settle_success(*, session: Session, ti_id: uuid.UUID, try_number: int, attem
                          from_sources(s.SUCCEED))
         .values(**moved_to(s.SUCCEED, now), ended_at=now).returning(*SETTLED_COLUMNS)).first()
     if moved is not None:
+        announce_room(session)
         archive_try(session, moved, s.SUCCESS)
         ready_downstream(session, moved.dag_run_id, moved.task_id, now)
     return moved
@@ -321,9 +327,9 @@ def ready_downstream(session: Session, dag_run_id: uuid.UUID, task_id: str, now:
             if all(st == s.SUCCESS for st in upstream):
                 ready.append(row.id)
         if ready:
-            session.execute(update(TI).where(TI.c.id.in_(ready), from_sources(s.READY))
-                            .values(**moved_to(s.READY, now)))
-            announce(session, count=len(ready))
+            announce_queues(session, session.execute(
+                update(TI).where(TI.c.id.in_(ready), from_sources(s.READY)).values(**moved_to(s.READY, now))
+                .returning(TI.c.queue)).scalars().all())
     of_run = TI.c.dag_run_id == dag_run_id
     unfinished = exists().where(of_run, TI.c.state.not_in(s.FINISHED))
     unsuccessful = exists().where(of_run, TI.c.state != s.SUCCESS)
@@ -368,10 +374,10 @@ def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reope
     for rail in (s.READY, s.UPSTREAM_FAIL):
         moved = [ti_id for ti_id, st in state.items() if st == rail.target and stored[ti_id] != rail.target]
         if moved:
-            session.execute(update(TaskInstance).where(TaskInstance.id.in_(moved), from_sources(rail))
-                            .values(**moved_to(rail, now)).execution_options(synchronize_session=False))
+            queues = session.execute(update(TI).where(TI.c.id.in_(moved), from_sources(rail))
+                                     .values(**moved_to(rail, now)).returning(TI.c.queue)).scalars().all()
             if rail is s.READY:
-                announce(session, count=len(moved))
+                announce_queues(session, queues)
     finals = set(state.values())
     if finals <= set(s.FINISHED):
         run_state, ended = (s.SUCCESS if finals == {s.SUCCESS} else s.FAILED), now

@@ -12,7 +12,7 @@ from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.schemas import RunCreate
 from app.routing.service import check_routes
-from app.wakeups import announce
+from app.wakeups import announce_queues
 
 
 def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[TaskInstance]]:
@@ -47,8 +47,7 @@ def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[Ta
     ]
     session.add_all(tis)
     session.flush()
-    if ready := sum(ti.state == s.SCHEDULED for ti in tis):
-        announce(session, count=ready)
+    announce_queues(session, (ti.queue for ti in tis if ti.state == s.SCHEDULED))
     return run, tis
 
 

@@ -96,6 +96,17 @@ def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Route
 
 
 @cache
+def _held_back_statement() -> Select:
+    return select(exists().where(ready_on()))
+
+
+def held_back(session: Session, queues: Sequence[str], now: datetime) -> bool:
+    """Whether ready work on `queues` is left after a claim that took none of it: what a pool
+    or a cap holds back (a waiting claim then also wakes when room is freed)."""
+    return bool(session.execute(_held_back_statement(), params(queues, now)).scalar())
+
+
+@cache
 def claimable(capped: bool) -> Select:
     """The ids of up to LIMIT task instances a claim serving QUEUES may take at NOW from the
     POOLS it locked (`capped`: some tenant has a cap); run it with params(). One statement,

@@ -11,6 +11,7 @@ from app.errors import AppError, conflict, not_found
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.routing.models import DEFAULT_POOL, Pool, Tenant
+from app.wakeups import announce_room
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ def update_pool(*, session: Session, name: str, slots: int | None, description: 
         changed = session.get(Pool, name)
     if changed is None:
         raise not_found("pool", f"No pool {name!r}.")
+    if slots is not None:  # a grown pool may fit work held back: waiting claims look again
+        announce_room(session)
     return session.get(Pool, name, populate_existing=True)
 
 
@@ -131,9 +134,12 @@ def set_tenant_cap(*, session: Session, tenant_id: str, max_running: int) -> Ten
     its claims until enough end; nothing running is stopped."""
     upsert(session, Tenant, {"tenant_id": tenant_id, "max_running": max_running}, ["tenant_id"],
            {"max_running": max_running})
+    announce_room(session)  # a raised cap may fit work held back: waiting claims look again
     return tenant(session=session, tenant_id=tenant_id)
 
 
 def remove_tenant_cap(*, session: Session, tenant_id: str) -> None:
     """The tenant is uncapped (idempotent)."""
-    session.execute(update(Tenant).where(Tenant.tenant_id == tenant_id).values(max_running=None))
+    if session.execute(update(Tenant).where(Tenant.tenant_id == tenant_id, Tenant.max_running.is_not(None))
+                       .values(max_running=None)).rowcount:
+        announce_room(session)

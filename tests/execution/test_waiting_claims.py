@@ -30,15 +30,16 @@ def hub(server: LiveServer) -> Hub:
 class Waiting:
     """A waiting claim on its own connection and thread; `result()` is its items."""
 
-    def __init__(self, server: LiveServer, worker: Worker, wait: float = WAIT, limit: int = 1) -> None:
+    def __init__(self, server: LiveServer, worker: Worker, wait: float = WAIT, limit: int = 1,
+                 queues: list[str] | None = None) -> None:
         self.client = server.client(verify=False)
         self.pool = ThreadPoolExecutor(max_workers=1)
-        self.future = self.pool.submit(self._claim, worker.headers, wait, limit)
+        body = {"limit": limit, "wait_seconds": wait, **({"queues": queues} if queues else {})}
+        self.future = self.pool.submit(self._claim, worker.headers, body)
 
-    def _claim(self, headers: dict[str, str], wait: float, limit: int) -> list[dict[str, Any]]:
+    def _claim(self, headers: dict[str, str], body: dict[str, Any]) -> list[dict[str, Any]]:
         with self.client:
-            resp = self.client.post("/v1/dispatch/claim", json={"limit": limit, "wait_seconds": wait}, headers=headers)
-            return json_of(resp)["items"]
+            return json_of(self.client.post("/v1/dispatch/claim", json=body, headers=headers))["items"]
 
     def result(self) -> list[dict[str, Any]]:
         try:
