@@ -7,11 +7,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from app import __version__, models  # noqa: F401  (registers every table)
+from app import __version__, metrics, models  # noqa: F401  (registers every table)
 from app.admin.router import router as admin_router
 from app.airflow.v1 import router as airflow_v1_router
 from app.airflow.v2 import cli_login_router, open_router
 from app.airflow.v2 import router as airflow_v2_router
+from app.apidocs import router as docs_router
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
@@ -24,6 +25,7 @@ from app.ingress import Ingress, Limits
 from app.logs import stores
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
+from app.observe import Observe
 from app.operations import router as operations_router
 from app.orchestration.router import router as orchestration_router
 from app.problems import document_errors, install_error_handlers
@@ -56,12 +58,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if reaper is not None:
             reaper.stop()
         app.state.engine.dispose()
+        metrics.process_exited()
 
     app = FastAPI(
         title="fenceline",
         version=__version__,
         summary="Execution control plane: admission, attempt fencing, outcome routing, Airflow-compatible reads.",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served from packaged assets (app/apidocs.py), not a CDN
         # Operation IDs read as methods of a generated client's tag class (ExecutionApi.report):
         # the function's name; /api/v1's twins of /api/v2 routes add "_v1" (app/airflow/v1.py).
         generate_unique_id_function=lambda route: route.name,
@@ -72,14 +76,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                    max_overflow=settings.database_max_overflow,
                                    pool_timeout=settings.database_pool_timeout_seconds)
     app.state.read_engine = reading(app.state.engine)
+    metrics.watch_pool(app.state.engine)
+    app.state.metrics_registry = metrics.scrape_registry(app.state.read_engine)
     store_name, store_note = stores.choose(settings)
     app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
     install_error_handlers(app)
     app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # before the URL check
     if settings.trusted_proxies:  # outermost: the client's address, as a trusted proxy names it
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
+    app.add_middleware(Observe)  # outermost: a request's id, metrics and log line, whatever answers it
     document_errors(app)
-    for router in (operations_router, auth_router, identity_router, orchestration_router, rails_router,
+    for router in (operations_router, docs_router, auth_router, identity_router, orchestration_router, rails_router,
                    execution_router, logs_router, admin_router, ui_router, open_router, cli_login_router,
                    airflow_v2_router, airflow_v1_router):
         app.include_router(router)

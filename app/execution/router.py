@@ -4,6 +4,7 @@ import uuid
 
 from fastapi import APIRouter, Request
 
+from app import metrics
 from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
 from app.deps import SessionDep, StoreDep
@@ -55,13 +56,16 @@ def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_i
             try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=run.tenant_id, trace_id=run.trace_id)
         token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
         items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
+    metrics.count_claim(len(items))
     return WorkItems(items=items)
 
 
 @router.post("/v1/attempts/report", responses=STALE)
 def report(body: Report, session: SessionDep, request: Request, token: AttemptDep) -> AttemptStatus:
     """Report `running` or the attempt's outcome (settle fence)."""
-    return status(fence.report(session=session, key=token.key, body=body, backoff=backoff(request)))
+    answer = status(fence.report(session=session, key=token.key, body=body, backoff=backoff(request)))
+    metrics.reports.labels(body.state).inc()
+    return answer
 
 
 @router.post("/v1/attempts/heartbeat", responses=STALE)
