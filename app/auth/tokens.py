@@ -9,8 +9,7 @@ rotate. Every token names its issuer and its kind's own audience (`iss`, `aud`).
 pins the algorithm (no `alg: none`, no algorithm confusion), requires the standard claims, the
 issuer, an audience that matches the scope and `nbf` (with a small leeway for clocks), and
 checks the scope. A token minted before tokens named their audience is accepted for the key
-ring's grace period from its `iat`, and
-counted; after it, it is refused like any invalid token.
+ring's grace period from its `iat`, and counted; after it, it is refused like any invalid token.
 """
 
 import secrets
