@@ -5,21 +5,22 @@ import json
 import logging
 import logging.config
 import traceback
+from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
 # Fields a record may carry (given as `extra=`) that a JSON line names; everything else of a
 # LogRecord is logging's own bookkeeping.
 FIELDS = ("method", "path", "route", "status", "duration_ms", "ti_id", "try_number", "attempt_epoch",
-          "execution_id", "seat", "trace_id")
+          "execution_id", "trace_id")
 FORMATS = ("plain", "json")
 PLAIN = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
-def _current(name: str) -> str | None:
-    from app import observe
-
-    return getattr(observe, name).get()
+# Set by app/observe.py for the duration of a request.
+request_id: ContextVar[str | None] = ContextVar("fenceline_request_id", default=None)
+incoming_trace_id: ContextVar[str | None] = ContextVar("fenceline_trace_id", default=None)
 
 
 class JsonFormatter(logging.Formatter):
@@ -37,9 +38,9 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage(),
             **self.static,
         }
-        if (rid := _current("request_id")) is not None:
+        if (rid := request_id.get()) is not None:
             line["request_id"] = rid
-        if (trace := _current("incoming_trace_id")) is not None:
+        if (trace := incoming_trace_id.get()) is not None:
             line["trace_id"] = trace
         for name in FIELDS:
             if (value := record.__dict__.get(name)) is not None:
@@ -52,18 +53,17 @@ class JsonFormatter(logging.Formatter):
 class PlainFormatter(logging.Formatter):
     """The default: a readable line, the request id appended when there is one."""
 
-    def __init__(self, prefix: str = "") -> None:
-        super().__init__(prefix + PLAIN)
+    def __init__(self, static: dict[str, Any] | None = None) -> None:
+        super().__init__(PLAIN.replace(" ", "".join(f" {k} {v}" for k, v in (static or {}).items()) + " ", 1))
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        rid = _current("request_id")
+        rid = request_id.get()
         return text if rid is None else f"{text} request_id={rid}"
 
 
 def formatter(log_format: str, **static: Any) -> logging.Formatter:
-    return JsonFormatter(static) if log_format == "json" else PlainFormatter(
-        "".join(f"{k} {v} " for k, v in static.items()))
+    return (JsonFormatter if log_format == "json" else PlainFormatter)(static)
 
 
 def dict_config(log_format: str, level: str = "info") -> dict[str, Any]:
@@ -80,9 +80,18 @@ def dict_config(log_format: str, level: str = "info") -> dict[str, Any]:
         # fenceline.access (app/observe.py), which knows the route, request id and attempt.
         "loggers": {"uvicorn": {"handlers": [], "propagate": True},
                     "uvicorn.error": {"handlers": [], "propagate": True},
-                    "uvicorn.access": {"handlers": [], "propagate": False, "level": "WARNING"}},
+                    "uvicorn.access": {"handlers": [], "propagate": False, "level": "WARNING"},
+                    "alembic": {"level": "WARNING"}},  # `fenceline migrate` says what it did
     }
 
 
 def configure(log_format: str, level: str = "info") -> None:
     logging.config.dictConfig(dict_config(log_format, level))
+
+
+def sayer(log_format: str) -> Callable[[str], None]:
+    """How the server tells its operator something at start (where it keeps its data, the
+    generated password): a `fenceline: …` line on stdout, or a JSON line like every other."""
+    if log_format == "json":
+        return logging.getLogger("fenceline").info
+    return lambda message: print(f"fenceline: {message}", flush=True)

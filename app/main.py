@@ -22,6 +22,7 @@ from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
 from app.ingress import Ingress, Limits
+from app.logconfig import sayer
 from app.logs import stores
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
@@ -41,15 +42,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         installation = bootstrap(app.state.engine, settings)
         app.state.installation = installation
+        say = sayer(settings.log_format)
         if installation.generated_password is not None:
-            # Printed once: only its hash is stored.
-            print(
-                f"fenceline: generated operator credentials (shown once): "
-                f"username {settings.admin_username!r} password {installation.generated_password!r}",
-                flush=True,
-            )
+            # Said once: only its hash is stored.
+            say(f"generated operator credentials (shown once): username {settings.admin_username!r} "
+                f"password {installation.generated_password!r}")
         if store_note is not None:
-            print(f"fenceline: {store_note}", flush=True)
+            say(store_note)
         retention = Retention.from_settings(settings, app.state.log_store)
         reaper = ReaperThread(app.state.engine, settings, retention) if settings.reaper_interval_seconds > 0 else None
         if reaper is not None:

@@ -11,11 +11,11 @@ import logging
 import re
 import time
 import uuid
-from contextvars import ContextVar
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.logconfig import incoming_trace_id, request_id
 from app.metrics import http_request_duration, http_requests
 
 REQUEST_ID_HEADER = b"x-request-id"
@@ -24,8 +24,6 @@ REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 UNMATCHED = "unmatched"
 
-request_id: ContextVar[str | None] = ContextVar("fenceline_request_id", default=None)
-incoming_trace_id: ContextVar[str | None] = ContextVar("fenceline_trace_id", default=None)
 access_log = logging.getLogger("fenceline.access")
 
 

@@ -20,6 +20,7 @@ class WorkerSettings:
     username: str
     password: str = field(repr=False)
     launcher_token: str = field(default="", repr=False)  # admits without the operator password
+    log_format: str = "plain"
 
 
 def _env(name: str, default: str) -> str:
@@ -47,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between claims while idle (env FENCELINE_WORKER_POLL_INTERVAL)")
     parser.add_argument("--grace-period", type=float, default=float(_env("FENCELINE_WORKER_GRACE_PERIOD", "30")),
                         help="on SIGTERM, seconds running tasks get to finish (env FENCELINE_WORKER_GRACE_PERIOD)")
+    parser.add_argument("--log-format", choices=["plain", "json"], default=_env("FENCELINE_LOG_FORMAT", "plain"),
+                        help="plain text lines, or one JSON object per line (env FENCELINE_LOG_FORMAT)")
     parser.add_argument("--username", default=_env("FENCELINE_ADMIN_USERNAME", "admin"),
                         help="operator username, to admit this worker (env FENCELINE_ADMIN_USERNAME)")
     parser.add_argument("--password-file", type=Path, default=None,
@@ -80,5 +83,5 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
         server=args.server, seat=args.seat, swarm=args.swarm, concurrency=args.concurrency,
         state_dir=state_dir, heartbeat_interval=args.heartbeat_interval, poll_interval=args.poll_interval,
         grace_period=max(0.0, args.grace_period), username=args.username, password=password,
-        launcher_token=launcher_token,
+        launcher_token=launcher_token, log_format=args.log_format,
     )
