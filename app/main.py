@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from app import __version__, metrics, models  # noqa: F401  (registers every table)
+from app import __version__, metrics, models, tracing  # noqa: F401  (registers every table)
 from app.admin.router import router as admin_router
 from app.airflow.v1 import router as airflow_v1_router
 from app.airflow.v2 import cli_login_router, open_router
@@ -85,6 +85,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     app.add_middleware(Observe)  # outermost: a request's id, metrics and log line, whatever answers it
     document_errors(app)
+    if tracing.wanted(settings.otel):
+        tracing.instrument_app(app, app.state.engine)
     for router in (operations_router, docs_router, auth_router, identity_router, orchestration_router, rails_router,
                    execution_router, logs_router, admin_router, ui_router, open_router, cli_login_router,
                    airflow_v2_router, airflow_v1_router):

@@ -17,22 +17,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.logconfig import incoming_trace_id, request_id
 from app.metrics import http_request_duration, http_requests
+from app.traceparent import trace_id_of
 
 REQUEST_ID_HEADER = b"x-request-id"
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
-# version 00: trace id and parent id in lowercase hex, neither all zeros.
-TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 UNMATCHED = "unmatched"
 
 access_log = logging.getLogger("fenceline.access")
-
-
-def trace_id_of(traceparent: str | None) -> str | None:
-    """The trace id a W3C traceparent names, if it is a valid one."""
-    match = TRACEPARENT.fullmatch(traceparent or "")
-    if match is None or match.group(1) == "0" * 32 or match.group(2) == "0" * 16:
-        return None
-    return match.group(1)
 
 
 def route_of(scope: Scope) -> str:

@@ -4,7 +4,7 @@ import uuid
 
 from fastapi import APIRouter, Request
 
-from app import metrics
+from app import metrics, tracing
 from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
 from app.deps import SessionDep, StoreDep
@@ -49,7 +49,7 @@ def status(ti: TaskInstance) -> AttemptStatus:
 def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_id: WorkerDep) -> WorkItems:
     """Claim up to `limit` ready task instances for the calling execution (worker token)."""
     keyring, ttl = installation(request).keyring, request.app.state.settings.attempt_token_ttl_seconds
-    items = []
+    started, items = tracing.now(), []
     for ti, run in dispatch.claim(session=session, execution_id=execution_id, limit=body.limit):
         correlation = Correlation(
             ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
@@ -57,6 +57,8 @@ def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_i
         token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
         items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
     metrics.count_claim(len(items))
+    if started is not None:  # tracing is on
+        tracing.claimed(started, [i.correlation.trace_id for i in items], {"fenceline.execution_id": str(execution_id)})
     return WorkItems(items=items)
 
 

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from app.worker import tracing
+
 T = TypeVar("T")
 
 
@@ -99,6 +101,8 @@ class Api:
              headers: dict[str, str] | None = None) -> tuple[int, Any]:
         """One request; answers (status, body) for a 2xx, else raises."""
         all_headers = {**(bearer(token) if token else {}), **(headers or {})}
+        if (trace := tracing.current.get()) is not None:  # an attempt's call: in its run's trace
+            all_headers["traceparent"] = trace
         try:
             resp = self.http.request(method, path, json=json, headers=all_headers)
         except httpx.TransportError as exc:

@@ -5,6 +5,7 @@ import logging
 import sys
 
 from app.logconfig import formatter
+from app.worker import tracing
 from app.worker.agent import EXIT_ERROR, Worker
 from app.worker.settings import from_args
 from app.worker.state import StateDirBusy
@@ -23,6 +24,7 @@ def run_worker(args: argparse.Namespace) -> int:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
+    tracing.start()
     try:
         return Worker(settings, log).run()
     except StateDirBusy as exc:

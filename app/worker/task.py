@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.worker import tracing
 from app.worker.api import Backoff, GaveUp, Refused, ServerUnreachable, Stale, retrying
 from app.worker.context import Context
 from app.worker.deliver import deliver
@@ -58,6 +59,7 @@ class TaskRunner:
         self.renew_at = time.monotonic() + renew_delay(self.token)
         self.record: dict[str, Any] = {"correlation": self.correlation, "payload": self.payload,
                                        "attempt_token": self.token, "pgid": None}
+        self.traceparent: str | None = None  # the run's trace, while the attempt runs (app/worker/tracing.py)
         self.unreachable = False  # set during an outage, so it is logged once
         self.shipping = True
         # A log the server cannot take now (unreachable, or its log store full) waits in the
@@ -69,7 +71,8 @@ class TaskRunner:
     def run(self) -> None:
         self.ctx.state.save_attempt(self.key, self.record)
         try:
-            self._run()
+            with tracing.attempt(self.correlation) as self.traceparent:
+                self._run()
         except GaveUp:
             pass  # the outcome stays journaled for the next start
         except Exception:  # one task's bug must not take the worker down
@@ -83,7 +86,7 @@ class TaskRunner:
             return
         if not self._report_running():
             return
-        env = task_env(self.payload, self.correlation, dict(os.environ))
+        env = task_env(self.payload, self.correlation, dict(os.environ), self.traceparent)
         try:
             proc = spawn(argv, env, self.ctx.state.spool(self.key))
         except OSError as exc:  # the user's command cannot be started: its own failure
