@@ -52,10 +52,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         url = _migrate(settings, say)
     sock = startup.bind(args.host, args.port)
-    from app import metrics
     # Before the application (and prometheus_client) is imported: `--workers N` processes
     # inherit the environment it sets (app/metrics.py).
-    metrics_dir = metrics.prepare_multiprocess(1)
+    metrics_dir = startup.prepare_multiprocess(1)
     from app.main import create_app
 
     say(f"data in {_redacted(url)}")
@@ -72,7 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()
-        metrics.remove_multiprocess_dir(metrics_dir)
+        startup.remove_multiprocess_dir(metrics_dir)
     return 0
 
 

@@ -3,17 +3,14 @@ is in docs/operations.md.
 
 Counters and histograms live in prometheus-client's default registry. Under `serve --workers N`
 every process writes its values to files in PROMETHEUS_MULTIPROC_DIR and the process that
-answers a scrape sums them (prometheus-client's multiprocess mode): `prepare_multiprocess`
-sets that up before the first process imports prometheus_client. What is read from the
+answers a scrape sums them (prometheus-client's multiprocess mode): app/startup.py
+`prepare_multiprocess` sets that up before the first process imports this module. What is read from the
 database (task instances by state) is computed at scrape time by a collector, so it never
 drifts; the pool's figures are gauges each process sets on checkout and check-in.
 """
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -29,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, event, func, select
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+from app.startup import MULTIPROC_ENV
 
 # --- named by the contract (1.3, 3.4): unchanged -----------------------------------------------
 execution_identity_conflicts = Counter(
@@ -168,29 +165,7 @@ def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
-def prepare_multiprocess(n_workers: int) -> Path | None:
-    """Set up prometheus-client's multiprocess mode for a server of `n_workers` processes; call
-    before any process imports the application (the workers inherit the environment). With
-    PROMETHEUS_MULTIPROC_DIR already set (an operator's emptyDir) it is used as it is; else one
-    process needs nothing, and several get a fresh directory of their own. Answers the
-    directory, if any."""
-    if directory := os.environ.get(MULTIPROC_ENV):
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        return Path(directory)
-    if n_workers <= 1:
-        return None
-    directory = tempfile.mkdtemp(prefix="fenceline-metrics-")
-    os.environ[MULTIPROC_ENV] = directory
-    return Path(directory)
-
-
 def process_exited(pid: int | None = None) -> None:
     """Drop an exiting process's live gauges from a multi-process server's sums."""
     if os.environ.get(MULTIPROC_ENV):
         multiprocess.mark_process_dead(pid or os.getpid())
-
-
-def remove_multiprocess_dir(directory: Path | None) -> None:
-    """Remove the directory `prepare_multiprocess` made (the server is done)."""
-    if directory is not None and directory.name.startswith("fenceline-metrics-"):
-        shutil.rmtree(directory, ignore_errors=True)

@@ -133,3 +133,35 @@ class TestMetricsToken:
 
 def test_the_operators_token_still_reads_metrics(operator: Operator):
     assert operator.get("/metrics").status_code == 200
+
+
+class TestMultiprocess:
+    """Several server processes sharing PROMETHEUS_MULTIPROC_DIR (what `serve --workers N` sets
+    up, app/metrics.py prepare_multiprocess): a scrape of any one sums them all."""
+
+    def test_a_scrape_of_one_process_counts_every_processs_requests(self, tmp_path):
+        import httpx
+
+        from tests.test_cli import Server, default_env
+
+        env = {**default_env(tmp_path / "data"), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+               "FENCELINE_ADMIN_PASSWORD": "pw"}
+        first = Server(tmp_path, env)
+        try:
+            first.wait_healthy()
+            second = Server(tmp_path, env)
+            try:
+                second.wait_healthy()
+                for server, count in ((first, 3), (second, 4)):
+                    for _ in range(count):
+                        assert httpx.get(f"{server.url}/v1/runs/d/r").status_code == 401
+                scraped = httpx.get(f"{first.url}/metrics", auth=("admin", "pw"))
+                assert scraped.status_code == 200
+                requests = {s.labels["route"]: s.value for s in families(scraped.text)["fenceline_http_requests"]
+                            if s.name == "fenceline_http_requests_total" and s.labels["status"] == "401"}
+                assert requests["/v1/runs/{dag_id}/{run_id}"] == 7
+                assert "fenceline_task_instances" in families(scraped.text)
+            finally:
+                second.stop()
+        finally:
+            first.stop()
