@@ -165,3 +165,19 @@ class TestMultiprocess:
                 second.stop()
         finally:
             first.stop()
+
+
+def test_the_grafana_dashboard_graphs_metrics_the_server_exposes(operator):
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads((Path(__file__).resolve().parents[1] / "deploy/grafana/fenceline.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {re.sub(r"_(total|bucket|count|sum)$", "", name)
+            for e in exprs for name in re.findall(r"\b(?:fenceline_\w+|execution_identity_conflicts_total)\b", e)}
+    exposed = families(operator.get("/metrics").text)
+    assert used and used <= exposed.keys(), used - exposed.keys()
+    titles = " ".join(p["title"] for p in dashboard["panels"]).lower()
+    for shown in ("throughput", "latency", "task instances by state", "stale reports", "reaper marks"):
+        assert shown in titles
