@@ -27,7 +27,7 @@ def health(session: SessionDep) -> dict[str, str]:
 
 
 @router.get("/health/live")
-async def live() -> dict[str, str]:
+async def health_live() -> dict[str, str]:
     """200 while the process answers (liveness: nothing else is asked)."""
     return {"status": "ok"}
 
@@ -58,7 +58,7 @@ def readiness(state: Any) -> dict[str, str]:
 
 
 @router.get("/health/ready", responses=problems(503))
-def ready(request: Request) -> dict[str, Any]:
+def health_ready(request: Request) -> dict[str, Any]:
     """200 when this replica can serve: the database answers, its schema is at the migrations'
     head, and the log store takes a write. 503 `not-ready` naming what is not, otherwise."""
     checks = readiness(request.app.state)

@@ -82,3 +82,9 @@ class TestOfflineDocs:
             assert resp.status_code == 200 and kind in resp.headers["content-type"]
             assert len(resp.content) > 10_000
         assert client.get(f"/docs/assets/{uuid.uuid4().hex}.js").status_code == 404
+
+
+def test_operation_ids_stay_unique(client):
+    """Generated clients name a method per operation id (two `live` routes once broke the SDK)."""
+    ids = [op["operationId"] for ops in client.get("/openapi.json").json()["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids))
