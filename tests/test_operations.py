@@ -4,16 +4,16 @@ import re
 import uuid
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 
 from app import __version__
 from app.migrate import head_revision
 from tests.api import assert_problem
+from tests.tcp_proxy import TcpProxy
 
 
 class TestHealth:
-    def test_live_answers_without_a_token_or_the_database(self, client):
-        client.app.state.engine.dispose()
+    def test_live_answers_without_a_token(self, client):
         assert client.get("/health/live").json() == {"status": "ok"}
 
     def test_ready_when_database_schema_and_log_store_are(self, client):
@@ -39,6 +39,20 @@ class TestHealth:
         problem = assert_problem(client.get("/health/ready"), 503, "not-ready")
         assert problem["checks"]["log_store"].startswith("the file store cannot be written")
         assert problem["checks"]["schema"] == "ok"
+
+    def test_not_ready_but_live_while_the_database_does_not_answer(self, make_client, db_url):
+        if not db_url.startswith("postgresql"):
+            pytest.skip("a SQLite file cannot become unreachable")
+        url = make_url(db_url)
+        with TcpProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
+            client = make_client(database_url=url.set(host="127.0.0.1", port=proxy.port).render_as_string(False))
+            assert client.get("/health/ready").status_code == 200
+            proxy.cut()
+            problem = assert_problem(client.get("/health/ready"), 503, "not-ready")
+            assert problem["checks"]["database"].startswith("does not answer")
+            assert client.get("/health/live").status_code == 200
+            proxy.restore()
+            assert client.get("/health/ready").status_code == 200
 
     def test_health_stays_as_it_was(self, client, is_postgres):
         assert client.get("/health").json() == {"status": "ok", "database": "postgresql" if is_postgres else "sqlite"}
