@@ -2,6 +2,7 @@
 
 import base64
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.traceparent import w3c_trace_id
 from app.worker import tracing
 from app.worker.api import Backoff, GaveUp, Refused, ServerUnreachable, Stale, retrying
 from app.worker.context import Context
@@ -52,6 +54,10 @@ class TaskRunner:
     def __init__(self, ctx: Context, item: dict[str, Any]) -> None:
         self.ctx = ctx
         self.correlation: dict[str, Any] = item["correlation"]
+        # The attempt's identity on each of its lines (fields of a JSON line, app/logconfig.py).
+        self.log = logging.LoggerAdapter(ctx.log, {
+            **{k: self.correlation.get(k) for k in ("ti_id", "try_number", "attempt_epoch")},
+            "trace_id": w3c_trace_id(str(self.correlation.get("trace_id") or ""))})
         self.payload: dict[str, Any] = item["payload"]
         self.key = attempt_key(self.correlation)
         self.name = describe(self.correlation)
@@ -76,7 +82,7 @@ class TaskRunner:
         except GaveUp:
             pass  # the outcome stays journaled for the next start
         except Exception:  # one task's bug must not take the worker down
-            self.ctx.log.exception("%s: worker error", self.name)
+            self.log.exception("%s: worker error", self.name)
 
     def _run(self) -> None:
         argv = command_of(self.payload)
@@ -94,11 +100,11 @@ class TaskRunner:
             return
         self.record["pgid"] = proc.pid
         self.ctx.state.save_attempt(self.key, self.record)
-        self.ctx.log.info("%s: started %s (pid %d)", self.name, argv[0], proc.pid)
+        self.log.info("%s: started %s (pid %d)", self.name, argv[0], proc.pid)
         try:
             stopped_for = self._supervise(proc)
         except Lost as exc:
-            self.ctx.log.warning("%s: %s — killed its process group, reporting nothing", self.name, exc)
+            self.log.warning("%s: %s — killed its process group, reporting nothing", self.name, exc)
             self.ctx.state.forget_attempt(self.key)
             return
         finally:
@@ -115,29 +121,29 @@ class TaskRunner:
             if self.ctx.stopping.is_set():
                 raise GaveUp("stopping")
             retrying(lambda: self.ctx.api.report(self.token, "running"), what=f"{self.name}: running",
-                     give_up=self.ctx.stopping.is_set, log=self.ctx.log.info)
+                     give_up=self.ctx.stopping.is_set, log=self.log.info)
             return True
         except GaveUp:
             self._hand_back()
             return False
         except Refused as exc:
-            self.ctx.log.warning("%s: running refused (%s); not started", self.name, exc)
+            self.log.warning("%s: running refused (%s); not started", self.name, exc)
         self.ctx.state.forget_attempt(self.key)
         return False
 
     def _hand_back(self) -> None:
         try:
             self.ctx.api.release(self.token)
-            self.ctx.log.info("%s: handed back unstarted (worker stopping)", self.name)
+            self.log.info("%s: handed back unstarted (worker stopping)", self.name)
         except Refused as exc:
             if exc.type == "attempt-started":
                 # `running` landed though its answer was lost: the server counts the attempt as
                 # started, so it ends with an outcome, the infra fault it is.
                 self._finish(Outcome("unexecutable", "worker_lost", "the worker stopped before starting the command"))
                 return
-            self.ctx.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
+            self.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
         except ServerUnreachable as exc:
-            self.ctx.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
+            self.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
         self.ctx.state.forget_attempt(self.key)
 
     def _supervise(self, proc: subprocess.Popen) -> str | None:
@@ -172,7 +178,7 @@ class TaskRunner:
                 elif self.ctx.halt.is_set():
                     stopped_for = "shutdown"
                 if stopped_for:
-                    self.ctx.log.info("%s: stopping it (%s)", self.name, stopped_for)
+                    self.log.info("%s: stopping it (%s)", self.name, stopped_for)
                     signal_group(proc.pid, signal.SIGTERM)
                     signalled_at = now
             elif signalled_at is not None and now - signalled_at >= KILL_AFTER:
@@ -186,18 +192,18 @@ class TaskRunner:
             call()
             if self.unreachable:
                 self.unreachable = False
-                self.ctx.log.info("%s: server reachable again", self.name)
+                self.log.info("%s: server reachable again", self.name)
             return True
         except Stale as exc:
             raise Lost(f"{what} answered {exc.type} (should_terminate)") from exc
         except Refused as exc:
             if exc.status == 401:
                 raise Lost(f"{what}: attempt token refused ({exc})") from exc
-            self.ctx.log.warning("%s: %s refused: %s", self.name, what, exc)
+            self.log.warning("%s: %s refused: %s", self.name, what, exc)
         except ServerUnreachable as exc:
             if not self.unreachable:  # once per outage, not once per tick
                 self.unreachable = True
-                self.ctx.log.warning("%s: %s: server unreachable (%s); the task runs on, its log "
+                self.log.warning("%s: %s: server unreachable (%s); the task runs on, its log "
                                      "waits on disk and is retried with back-off", self.name, what, exc)
         return False
 
@@ -209,7 +215,7 @@ class TaskRunner:
                 raise
             # Say so once, not on every tick (a 413 past the per-attempt limit stays a 413).
             self.shipping = False
-            self.ctx.log.warning("%s: log append refused (%s); the rest of this attempt's log is not shipped",
+            self.log.warning("%s: log append refused (%s); the rest of this attempt's log is not shipped",
                                  self.name, exc)
 
     def _renew(self) -> None:
@@ -228,6 +234,6 @@ class TaskRunner:
                  "file_pos": self.shipper.file_pos, "server_size": self.shipper.server_size}
         self.ctx.state.journal(self.key, entry)
         if self.ctx.crash_after_journal:
-            self.ctx.log.warning("%s: test hook: dying after journaling %s", self.name, outcome.state)
+            self.log.warning("%s: test hook: dying after journaling %s", self.name, outcome.state)
             os.kill(os.getpid(), signal.SIGKILL)
         deliver(self.ctx, self.key, entry)

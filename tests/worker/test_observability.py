@@ -42,11 +42,15 @@ class TestJsonLogs:
     def test_every_line_of_the_worker_is_a_json_object_naming_its_seat(self, serve, workers):
         server = serve()
         operator = Operator(server.client())
+        run = operator.create_run(python_task("t", "print('hello')"))
         worker = workers(server, "etl-a", extra_env={"FENCELINE_LOG_FORMAT": "json"})
-        wait_until(lambda: operator.get("/v1/seats/etl-a").status_code == 200, "the admission")
-        wait_until(lambda: "admitted seat" in worker.output, "the worker to say so")
+        wait_until(lambda: operator.run()["state"] == "success", "the run to succeed")
         assert worker.stop() == 0
         lines = [json.loads(line) for line in worker.output.splitlines() if line.strip()]
         assert lines and all({"timestamp", "level", "message"} <= line.keys() for line in lines)
         assert all(line["seat"] == "etl-a" for line in lines)
         assert any(line["message"].startswith("admitted seat etl-a") for line in lines)
+        (started,) = [line for line in lines if " started " in line["message"]]
+        ti = run["task_instances"][0]
+        assert (started["ti_id"], started["try_number"], started["attempt_epoch"]) == (ti["ti_id"], 1, 1)
+        assert started["trace_id"] == w3c_trace_id(run["trace_id"])
