@@ -4,9 +4,9 @@ is in docs/operations.md.
 Counters and histograms live in prometheus-client's default registry. Under `serve --workers N`
 every process writes its values to files in PROMETHEUS_MULTIPROC_DIR and the process that
 answers a scrape sums them (prometheus-client's multiprocess mode): app/startup.py
-`prepare_multiprocess` sets that up before the first process imports this module. What is read from the
-database (task instances by state) is computed at scrape time by a collector, so it never
-drifts; the pool's figures are gauges each process sets on checkout and check-in.
+`prepare_multiprocess` sets that up before the first process imports this module. What is read
+from the database (task instances by state) is computed at scrape time by a collector, so it
+never drifts; the pool's figures are gauges each process sets on checkout and check-in.
 """
 
 import os
