@@ -18,6 +18,13 @@ def _migrate() -> str:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    if args.check:
+        url = get_settings().resolved_database_url
+        if (mismatch := _schema_mismatch(url)) is not None:
+            print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
+            return EXIT_SCHEMA_NOT_AT_HEAD
+        print(f"fenceline: database at {_redacted(url)} is at the latest revision", flush=True)
+        return 0
     url = _migrate()
     print(f"fenceline: database at {_redacted(url)} is at the latest revision")
     return 0
@@ -138,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="do not migrate; refuse to start (exit 5) unless the schema is at the migrations' head")
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="upgrade the database to the latest revision")
+    migrate.add_argument("--check", action="store_true",
+                         help="change nothing; exit 5 unless the schema is at the migrations' head (an init "
+                              "container waiting for the migration job)")
     migrate.set_defaults(func=cmd_migrate)
     logs = sub.add_parser("logs", help="attempt log stores").add_subparsers(dest="logs_command", required=True)
     copy = logs.add_parser("copy", help="copy every stored log to another store (resumable, idempotent)")
