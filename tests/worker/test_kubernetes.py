@@ -7,12 +7,13 @@ server's admission rules (idempotent replay, pod-uid-reused, stale-predecessor) 
 
 import argparse
 import logging
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
-from app.worker.api import Api
+from app.worker.api import Api, retrying
 from app.worker.context import Context
 from app.worker.kubernetes import admit_pod
 from app.worker.settings import POD_ENV, add_arguments, from_args
@@ -183,6 +184,42 @@ class TestStalePredecessor:
         assert (admitted["generation"], admitted["previous_execution_id"], reattached) == (
             3, executions[1]["execution_id"], False)
         assert executions[2]["runtime_target"]["pod_uid"] == uid
+
+
+class TestOneContainerTwice:
+    def test_admissions_of_one_pod_at_once_all_get_its_one_execution(self, live_server, tmp_path):
+        """A container that died with its admission in flight, and its restart's admission:
+        real concurrent requests, the same key, one execution (and one supersession)."""
+        operator = Operator(live_server.client())
+        token, uid = operator.launcher_token(), str(uuid.uuid4())
+        predecessor = operator.admit(POD, swarm="default", backend="kubernetes",
+                                     target={"pod_namespace": NAMESPACE, "pod_name": POD, "pod_uid": "old-pod"})
+        settings = settings_of(pod_env("", uid), tmp_path)
+        start, results, errors = threading.Barrier(4), [], []
+
+        def admit(n: int) -> None:
+            api = Api(live_server.url)
+            ctx = Context(api=api, state=StateDir(tmp_path / f"state-{n}"), settings=settings,
+                          log=logging.getLogger("test"))
+            try:
+                start.wait()
+                results.append(admit_pod(ctx, token, lambda call, what: retrying(call, what=what)))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+            finally:
+                api.close()
+
+        threads = [threading.Thread(target=admit, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors and len(results) == 4
+        assert len({admitted["execution_id"] for admitted, _ in results}) == 1
+        first, second = history(operator)
+        assert (first["execution_id"], first["superseded"]) == (predecessor["execution_id"], True)
+        assert (second["generation"], second["previous_execution_id"]) == (2, predecessor["execution_id"])
+        assert second["execution_id"] == results[0][0]["execution_id"]
 
 
 class TestStopping:
