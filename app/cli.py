@@ -86,6 +86,19 @@ def _schema_mismatch(url: str) -> str | None:
             f"migrations end at {head}; run `fenceline migrate` (or the migration job) with this version first")
 
 
+def cmd_migrate_check(args: argparse.Namespace) -> int:
+    """`fenceline migrate --check`: change nothing; 0 at the migrations' head, 5 otherwise (what
+    the Kubernetes server Pods' init container polls while the migration Job runs)."""
+    from app.startup import SCHEMA_NOT_AT_HEAD
+
+    url = get_settings().resolved_database_url
+    if (mismatch := _schema_mismatch(url)) is not None:
+        print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
+        return SCHEMA_NOT_AT_HEAD
+    print(f"fenceline: database at {_redacted(url)} is at the latest revision", flush=True)
+    return 0
+
+
 # Exit status of `fenceline logs copy` when some streams could not be copied (docs/operations.md).
 EXIT_LOG_CONFLICTS = 6
 
@@ -160,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="upgrade the database to the latest revision")
     migrate.set_defaults(func=cmd_migrate)
+    migrate.add_argument("--check", dest="func", action="store_const", const=cmd_migrate_check,
+                         help="change nothing; exit 5 unless the schema is at the migrations' head (an init "
+                              "container waiting for the migration job)")
     logs = sub.add_parser("logs", help="attempt log stores").add_subparsers(dest="logs_command", required=True)
     copy = logs.add_parser("copy", help="copy every stored log to another store (resumable, idempotent)")
     copy.add_argument("--to", required=True, type=_store_name, help="file, database or s3://bucket/prefix")

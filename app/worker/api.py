@@ -124,6 +124,10 @@ class Api:
         return self.call("POST", f"/v1/seats/{seat}/executions", token=operator_token, json=body,
                          headers={"Idempotency-Key": idempotency_key})[1]
 
+    def seat_executions(self, launcher_token: str, seat: str) -> list[dict[str, Any]]:
+        """The seat's executions, oldest generation first."""
+        return self.call("GET", f"/v1/seats/{seat}/executions", token=launcher_token)[1]["items"]
+
     # worker and agent calls ----------------------------------------------------------------
 
     def claim(self, worker_token: str, limit: int) -> list[dict[str, Any]]:

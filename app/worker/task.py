@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from app.traceparent import w3c_trace_id
@@ -15,9 +14,9 @@ from app.worker import tracing
 from app.worker.api import Backoff, GaveUp, Refused, ServerUnreachable, Stale, retrying
 from app.worker.context import Context
 from app.worker.deliver import deliver
-from app.worker.logship import LogShipper
+from app.worker.logship import LogShipper, append_line
 from app.worker.process import Outcome, classify, command_of, exited, signal_group, spawn, task_env
-from app.worker.state import attempt_key
+from app.worker.state import attempt_key, describe
 
 TICK = 0.2  # how often a running task is looked at: log shipping latency, stop latency
 KILL_AFTER = 3.0  # seconds between SIGTERM and SIGKILL when the worker stops a task
@@ -35,19 +34,6 @@ def renew_delay(token: str) -> float:
         return max(1.0, (claims["exp"] - claims["iat"]) / 2)
     except (IndexError, ValueError, KeyError, TypeError):
         return 60.0
-
-
-def append_line(spool: Path, line: str) -> None:
-    """Add the worker's own line to the attempt's log, on a line of its own."""
-    with spool.open("a+b") as out:
-        size = out.seek(0, os.SEEK_END)
-        unterminated = size > 0 and os.pread(out.fileno(), 1, size - 1) != b"\n"
-        out.write(b"\n" * unterminated + line.encode() + b"\n")
-
-
-def describe(c: dict[str, Any]) -> str:
-    mapped = f"[{c['map_index']}]" if c["map_index"] >= 0 else ""
-    return f"{c['dag_id']}/{c['run_id']}/{c['task_id']}{mapped} try {c['try_number']} epoch {c['attempt_epoch']}"
 
 
 class TaskRunner:
