@@ -1,9 +1,12 @@
 """The `fenceline` console command."""
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable
+
+from sqlalchemy.pool import NullPool
 
 from app import __version__
 from app.config import Settings, get_settings, log_store_name
@@ -51,10 +54,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise startup.StartupError(startup.SCHEMA_NOT_AT_HEAD, mismatch)
     else:
         url = _migrate(settings, say)
+    workers, refusal = server_processes(args.workers, url, settings)
+    if refusal is not None:
+        raise startup.StartupError(startup.WORKERS_REFUSED, refusal)
     sock = startup.bind(args.host, args.port)
     # Before the application (and prometheus_client) is imported: `--workers N` processes
     # inherit the environment it sets (app/metrics.py).
-    metrics_dir = startup.prepare_multiprocess(1)
+    metrics_dir = startup.prepare_multiprocess(workers)
+    from uvicorn.supervisors import Multiprocess
+
     from app.main import create_app
 
     say(f"data in {_redacted(url)}")
@@ -65,14 +73,58 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "installation's first start")
     # X-Forwarded-For is believed only from FENCELINE_TRUSTED_PROXIES (app/main.py), not from
     # whatever uvicorn trusts by default. fenceline.access logs each request (app/observe.py).
-    config = uvicorn.Config(create_app(settings), log_level=args.log_level, proxy_headers=False, access_log=False,
-                            log_config=logconfig.dict_config(settings.log_format, args.log_level))
+    common = {"log_level": args.log_level, "proxy_headers": False, "access_log": False,
+              "log_config": logconfig.dict_config(settings.log_format, args.log_level)}
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        if workers == 1:
+            uvicorn.Server(uvicorn.Config(create_app(settings), **common)).run(sockets=[sock])
+        else:
+            # uvicorn's supervisor: N processes accept on the one bound socket, each building its
+            # app from the same environment; one of them wins the sweep (app/execution/reapers.py).
+            say(f"{workers} server processes")
+            config = uvicorn.Config("app.main:create_app", factory=True, workers=workers, **common)
+            Multiprocess(config, sockets=[sock]).run()
     finally:
         sock.close()
         startup.remove_multiprocess_dir(metrics_dir)
     return 0
+
+
+def server_processes(asked: int | None, url: str, settings: "Settings") -> tuple[int, str | None]:
+    """How many server processes to run, or why not: SQLite takes one writer process only; on
+    PostgreSQL every process may open its pool, its overflow and one listening connection,
+    and all of them together must stay below max_connections minus the headroom kept for
+    other clients. Unasked, as many as there are cores, as far as the budget allows."""
+    if asked is not None and asked < 1:
+        return 0, f"--workers must be at least 1, not {asked}"
+    if not url.startswith("postgresql"):
+        if asked not in (None, 1):
+            return 0, (f"--workers {asked} refused: SQLite serves from one process (its writers queue on one "
+                       "file lock); use PostgreSQL for more server processes")
+        return 1, None
+    per_process = settings.database_pool_size + settings.database_max_overflow + 1
+    allowed = database_max_connections(url) - settings.database_connections_headroom
+    if asked is None:
+        return max(1, min(os.cpu_count() or 1, allowed // per_process)), None
+    if asked * per_process > allowed:
+        return 0, (f"--workers {asked} refused: {asked} processes may open {asked * per_process} database "
+                   f"connections ({asked} × (pool {settings.database_pool_size} + overflow "
+                   f"{settings.database_max_overflow} + 1 listener)), more than PostgreSQL's max_connections "
+                   f"minus FENCELINE_DATABASE_CONNECTIONS_HEADROOM ({allowed}); lower --workers, "
+                   "FENCELINE_DATABASE_POOL_SIZE or FENCELINE_DATABASE_MAX_OVERFLOW, or raise max_connections")
+    return asked, None
+
+
+def database_max_connections(url: str) -> int:
+    """PostgreSQL's max_connections, asked of the server."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SHOW max_connections")).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def _schema_mismatch(url: str) -> str | None:
@@ -168,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                        help="debug also prints the traceback of a start-up error")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="server processes on the one port (default: one per core on PostgreSQL, within the "
+                            "connection budget; SQLite: 1, and only 1)")
     serve.add_argument("--no-migrate", action="store_true",
                        help="do not migrate; refuse to start (exit 5) unless the schema is at the migrations' head")
     serve.set_defaults(func=cmd_serve)

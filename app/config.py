@@ -31,8 +31,11 @@ class Settings(BaseSettings):
     # Database connections of one server process: the pool, the overflow beyond it, and how
     # long a request waits for a free connection before it is answered 503.
     database_pool_size: int = Field(default=10, ge=1)
-    database_max_overflow: int = Field(default=40, ge=0)
+    database_max_overflow: int = Field(default=20, ge=0)
     database_pool_timeout_seconds: float = Field(default=30.0, gt=0)
+    # PostgreSQL connections kept free for other clients (psql, migrations, backups): `serve`
+    # refuses to start processes whose pools, overflow and listeners could use them.
+    database_connections_headroom: int = Field(default=10, ge=0)
     # At start, how long `serve` and `migrate` retry (with back-off) a database that does not
     # answer before they give up (exit 4).
     db_connect_timeout_seconds: float = Field(default=30.0, ge=0)

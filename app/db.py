@@ -63,7 +63,7 @@ JSONType = JSON
 READ_ONLY = "fenceline_read_only"
 
 
-def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 40, pool_timeout: float = 30.0) -> Engine:
+def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20, pool_timeout: float = 30.0) -> Engine:
     """An engine for `url`; the pool figures bound the connections one process opens."""
     pool = {"pool_size": pool_size, "max_overflow": max_overflow, "pool_timeout": pool_timeout}
     if url.startswith("sqlite"):
@@ -90,7 +90,11 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 40, pool_t
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, **pool)
+    # No ping per checkout (a round trip on every request): a connection the server dropped
+    # fails its statement, which is answered 503 connection-lost, and SQLAlchemy then
+    # invalidates the whole pool, so the next request connects afresh. Connections are also
+    # recycled hourly, before a server or proxy idle timeout can cut them unseen.
+    return create_engine(url, pool_recycle=3600, **pool)
 
 
 def reading(engine: Engine) -> Engine:

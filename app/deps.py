@@ -1,35 +1,50 @@
 """Dependencies every router shares: the request's one transaction, and the log store."""
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
 
 from app.logs.store import LogStore
 
 SAFE_METHODS = ("GET", "HEAD")
 
 
-def get_session(request: Request) -> Iterator[Session]:
+async def get_session(request: Request) -> AsyncIterator[Session]:
     """One transaction per request, committed when the endpoint returns, before the
     response is sent: a failed commit becomes a 5xx, never a 200 for a lost write. GET and
-    HEAD read in a read-only transaction (app/db.py `reading`)."""
+    HEAD read in a read-only transaction (app/db.py `reading`).
+
+    Opening a session touches no connection, so it happens on the event loop; only a
+    transaction the endpoint left open costs a thread hop to commit (or roll back). A hot
+    endpoint commits in its own thread (`commit`), sparing the hop (docs/performance.md)."""
     state = request.app.state
     engine = state.read_engine if request.method in SAFE_METHODS else state.engine
-    with Session(engine, expire_on_commit=False) as session:
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
+    session = Session(engine, expire_on_commit=False)
+    try:
+        yield session
+        if session.in_transaction():
+            await run_in_threadpool(session.commit)
+    except BaseException:
+        if session.in_transaction():
+            await run_in_threadpool(session.rollback)
+        raise
+    finally:
+        session.close()  # no transaction is left open here: nothing to send
+
+
+def commit(session: Session) -> None:
+    """Commit the request's transaction now, in the endpoint's own thread: the session
+    dependency then has nothing left to do (a failed commit is the endpoint's 5xx)."""
+    session.commit()
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def log_store(request: Request) -> LogStore:
+async def log_store(request: Request) -> LogStore:
     return request.app.state.log_store
 
 

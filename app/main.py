@@ -87,8 +87,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     document_errors(app)
     if tracing.wanted(settings.otel):
         tracing.instrument_app(app, app.state.engine)
-    for router in (operations_router, docs_router, auth_router, identity_router, orchestration_router, rails_router,
-                   execution_router, logs_router, admin_router, ui_router, open_router, cli_login_router,
+    # The agents' routes first: routing tries routes in order, and theirs are the hot ones (no
+    # path of theirs is also served by a later router, so the order decides nothing else).
+    for router in (execution_router, logs_router, operations_router, docs_router, auth_router, identity_router,
+                   orchestration_router, rails_router, admin_router, ui_router, open_router, cli_login_router,
                    airflow_v2_router, airflow_v1_router):
         app.include_router(router)
     return app

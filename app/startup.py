@@ -3,7 +3,8 @@ refusal (docs/operations.md): one line naming the setting, no traceback.
 
 2 a bad setting or a malformed database URL; 3 the port in use; 4 the database unreachable
 after retrying with back-off for FENCELINE_DB_CONNECT_TIMEOUT_SECONDS; 5 the schema not at the
-migrations' head under --no-migrate; 6 an unwritable data or log directory.
+migrations' head under --no-migrate; 6 an unwritable data or log directory; 7 --workers refused
+(more than one on SQLite, or past the connection budget).
 """
 
 import errno
@@ -21,6 +22,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from app.config import Settings
 
 BAD_SETTING, PORT_IN_USE, DATABASE_UNREACHABLE, SCHEMA_NOT_AT_HEAD, UNWRITABLE_DIRECTORY = 2, 3, 4, 5, 6
+WORKERS_REFUSED = 7  # --workers on SQLite, or past the database's connection budget
 # SQLSTATEs no retry can fix: wrong password or role, no such database.
 _NOT_RETRIED = {"28P01", "28000", "3D000"}
 

@@ -47,8 +47,8 @@ def database(backend: str, data_dir: Path) -> Iterator[str | None]:
 class Server:
     """`fenceline serve` in a subprocess, on a temp data dir and a free port."""
 
-    def __init__(self, backend: str, **settings: str) -> None:
-        self.backend, self.settings = backend, settings
+    def __init__(self, backend: str, *serve_args: str, **settings: str) -> None:
+        self.backend, self.serve_args, self.settings = backend, serve_args, settings
 
     def __enter__(self) -> "Server":
         self._stack = contextlib.ExitStack()
@@ -62,7 +62,8 @@ class Server:
         if url:
             env["FENCELINE_DATABASE_URL"] = url
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning",
+             *self.serve_args],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -85,6 +86,25 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self._stack.close()
+
+    def pids(self) -> list[int]:
+        """The server process and its children (the worker processes of `--workers N`)."""
+        try:
+            children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        return [self.process.pid, *map(int, children)]
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU the server's processes have used so far, from /proc."""
+        total = 0
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / os.sysconf("SC_CLK_TCK")
 
     def rss_bytes(self) -> int:
         """The server process's resident memory now."""

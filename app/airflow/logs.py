@@ -12,6 +12,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from starlette.responses import Response, StreamingResponse
+
+from app.airflow import service
 from app.auth import tokens
 from app.auth.tokens import KeyRing
 from app.errors import AppError
@@ -20,6 +23,7 @@ from app.logs.store import LogStore
 
 PAGE_BYTES = 1024 * 1024
 _SCAN = 64 * 1024
+READ_BYTES = 1024 * 1024  # a streamed answer decodes and frames this much at a time
 
 
 @dataclass(frozen=True)
@@ -73,23 +77,69 @@ def _last_newline(store: LogStore, log: logs.TryLog, start: int, end: int) -> in
 
 
 def text_chunks(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:
-    """The window as text, chunk by chunk; a UTF-8 character split across chunks is kept whole."""
+    """The window as text, about READ_BYTES at a time (the store's reads gathered up); a UTF-8
+    character split across chunks is kept whole."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    gathered: list[bytes] = []
+    size = 0
     for chunk in logs.read(store, log, start, end):
-        if text := decoder.decode(chunk):
-            yield text
-    if tail := decoder.decode(b"", final=True):
+        gathered.append(chunk)
+        size += len(chunk)
+        if size >= READ_BYTES:
+            if text := decoder.decode(b"".join(gathered)):
+                yield text
+            gathered, size = [], 0
+    if tail := decoder.decode(b"".join(gathered), final=True):
         yield tail
 
 
-def lines(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:
+def line_batches(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[list[str]]:
+    """The window's lines (without their newlines), a chunk's worth at a time."""
     pending = ""
     for text in text_chunks(store, log, start, end):
-        pending += text
-        *complete, pending = pending.split("\n")
-        yield from complete
+        *complete, pending = (pending + text).split("\n")
+        if complete:
+            yield complete
     if pending:
-        yield pending
+        yield [pending]
+
+
+_PLAIN_PREFIX = '{"event": '
+
+
+def structured_parts(store: LogStore, log: logs.TryLog, start: int, end: int, joiner: str) -> Iterator[str]:
+    """The window's lines as Airflow 3's StructuredLogMessage JSON objects, several objects per
+    part, joined by `joiner` within a part (parts are joined by the caller).
+
+    A plain line, the bulk of any log, is `{"event": <the line>}`: a batch of them is escaped by
+    one json.dumps of the list, whose `", "` separators become the objects' frames (a quote
+    inside a string is always escaped, so `", "` with both quotes bare is only ever a separator).
+    A JSON line or fenceline's system line is structured one by one."""
+    glue = '"}' + joiner + _PLAIN_PREFIX + '"'
+    for batch in line_batches(store, log, start, end):
+        for plain, run in _runs(batch):
+            if plain:
+                yield _PLAIN_PREFIX + json.dumps(run)[1:-1].replace('", "', glue) + "}"
+            else:
+                yield joiner.join(json.dumps(service.structured(line)) for line in run)
+
+
+def _runs(batch: list[str]) -> Iterator[tuple[bool, list[str]]]:
+    """The batch as runs of plain lines and of lines to structure one by one, in order."""
+    if not any(line.startswith(("{", logs.SYSTEM_PREFIX)) for line in batch):
+        yield True, batch
+        return
+    run: list[str] = []
+    plain = True
+    for line in batch:
+        this = not line.startswith(("{", logs.SYSTEM_PREFIX))
+        if this != plain and run:
+            yield plain, run
+            run = []
+        plain = this
+        run.append(line)
+    if run:
+        yield plain, run
 
 
 def batched(parts: Iterator[str], size: int = 64 * 1024) -> Iterator[bytes]:
@@ -104,6 +154,20 @@ def batched(parts: Iterator[str], size: int = 64 * 1024) -> Iterator[bytes]:
             buffer, length = [], 0
     if buffer:
         yield "".join(buffer).encode()
+
+
+INLINE_BYTES = 256 * 1024  # a window this small is answered whole, not streamed
+
+
+def answer(parts: Iterator[str | bytes], window_bytes: int, media_type: str,
+           headers: dict[str, str] | None = None) -> Response:
+    """The body `parts` make of a window of `window_bytes` log bytes: assembled in the
+    request's own thread when the window is small (most logs: no thread hop per streamed part,
+    no second connection), streamed when it is not (memory stays flat for any size)."""
+    if window_bytes <= INLINE_BYTES:
+        body = b"".join(part.encode() if isinstance(part, str) else part for part in parts)
+        return Response(body, media_type=media_type, headers=headers)
+    return StreamingResponse(parts, media_type=media_type, headers=headers)
 
 
 def json_string_stream(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:

@@ -5,7 +5,7 @@ from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response
 from pydantic import BaseModel
 
 from app.airflow import logs as paging
@@ -239,22 +239,22 @@ def get_task_instance_try_details(dag_id: str, dag_run_id: str, task_id: str, ta
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, 400: {}})
 def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, session: SessionDep,
             store: StoreDep, request: Request, full_content: bool = False, map_index: int = -1,
-            token: str | None = None, accept: Annotated[str | None, Header()] = None) -> StreamingResponse:
+            token: str | None = None, accept: Annotated[str | None, Header()] = None) -> Response:
     """A try's log: JSON pages (`content` text, `continuation_token` always a string), or the
     whole log as text/plain (Airflow 2 prefers text/plain for `*/*`)."""
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
     log = service.try_log(session, store, ti, task_try_number)
     media = paging.preferred(accept, ["text/plain", "application/json"], default="application/json")
     if media == "text/plain":
-        return StreamingResponse(paging.batched(paging.text_chunks(store, log, 0, log.size)),
-                                 media_type="text/plain; charset=utf-8")
+        return paging.answer(paging.batched(paging.text_chunks(store, log, 0, log.size)), log.size,
+                             "text/plain; charset=utf-8")
     start = paging.start_position(installation(request).keyring, token, ti.id, task_try_number, log)
     win = paging.window(store, log, start, full=full_content)
     # Airflow 2 always answers a token; at the end of a finished log it reads as "nothing more".
     next_token = tokens.sign_cursor(installation(request).keyring, ti.id, task_try_number, win.end)
     body = (part for parts in (['{"content":"'], paging.json_string_stream(store, log, win.start, win.end),
                                ['","continuation_token":"' + next_token + '"}']) for part in parts)
-    return StreamingResponse(paging.batched(body), media_type="application/json")
+    return paging.answer(paging.batched(body), win.end - win.start, "application/json")
 
 
 @router.get(TI + "/{task_id}/{map_index}")

@@ -6,7 +6,7 @@ from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from app import __version__
 from app.airflow import logs as paging
@@ -39,7 +39,7 @@ from app.airflow.v2_schemas import (
 from app.auth import tokens
 from app.auth.deps import BearerDep, check_password, installation, operator_token
 from app.db import database_answers, utcnow
-from app.deps import SessionDep, StoreDep
+from app.deps import SessionDep, StoreDep, commit
 from app.errors import AppError, forbidden, unauthorized
 from app.orchestration.models import DagRun, TaskInstance
 from app.problems import ErrorFamily, register_error_family
@@ -47,9 +47,9 @@ from app.problems import ErrorFamily, register_error_family
 PREFIX = "/api/v2"
 
 
-def require_bearer_operator(request: Request, bearer: BearerDep) -> str:
+async def require_bearer_operator(request: Request, bearer: BearerDep) -> str:
     """An operator's bearer token, refused as Airflow 3 refuses one: 401 when missing or
-    expired, 403 when invalid or of another kind."""
+    expired, 403 when invalid or of another kind. CPU only: no thread hop (app/auth/deps.py)."""
     if bearer is None:
         raise unauthorized("Not authenticated")
     try:
@@ -205,7 +205,7 @@ def get_task_instance_try_details(dag_id: str, dag_run_id: str, task_id: str, ta
 def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[int, Path(ge=0)],
             session: SessionDep, store: StoreDep, request: Request, full_content: bool = False,
             map_index: int = -1, token: str | None = None,
-            accept: Annotated[str | None, Header()] = None) -> StreamingResponse:
+            accept: Annotated[str | None, Header()] = None) -> Response:
     """A try's log: every epoch in order, each behind one system line. JSON pages (or the whole
     log with full_content), or the whole log as streamed NDJSON."""
     first = (accept or "").split(",")[0].strip()
@@ -217,18 +217,20 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
     start = paging.start_position(installation(request).keyring, token, ti.id, try_number, log)
     win = paging.window(store, log, start, full=full_content or ndjson)
     next_token = win.token(installation(request).keyring, ti.id, try_number)
+    commit(session)  # the stream reads on connections of its own
+    size = win.end - win.start
     if ndjson:
-        body = (json.dumps(service.structured(line)) + "\n" for line in paging.lines(store, log, win.start, win.end))
+        body = (part + "\n" for part in paging.structured_parts(store, log, win.start, win.end, "\n"))
         headers = {"Airflow-Continuation-Token": next_token} if next_token else None
-        return StreamingResponse(paging.batched(body), media_type="application/x-ndjson", headers=headers)
-    return StreamingResponse(paging.batched(_json_log(paging.lines(store, log, win.start, win.end), next_token)),
-                             media_type="application/json")
+        return paging.answer(paging.batched(body), size, "application/x-ndjson", headers)
+    return paging.answer(paging.batched(_json_log(paging.structured_parts(store, log, win.start, win.end, ","),
+                                                  next_token)), size, "application/json")
 
 
-def _json_log(lines: Any, next_token: str | None) -> Any:
+def _json_log(parts: Any, next_token: str | None) -> Any:
     yield '{"content":['
-    for n, line in enumerate(lines):
-        yield ("," if n else "") + json.dumps(service.structured(line))
+    for n, part in enumerate(parts):
+        yield ("," if n else "") + part
     yield '],"continuation_token":' + json.dumps(next_token) + "}"
 
 
@@ -255,6 +257,7 @@ def _tries(session: SessionDep, dag_id: str, run_id: str, task_id: str,
            map_index: int) -> TaskInstanceHistoryCollectionResponse:
     ti = service.get_task_instance(session, dag_id, run_id, task_id, map_index, mapped_route=True)
     views = service.tries(session, ti)
+    commit(session)
     return TaskInstanceHistoryCollectionResponse(
         task_instances=[TaskInstanceHistoryResponse(**try_response(v)) for v in views], total_entries=len(views))
 

@@ -5,7 +5,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlmodel import Session
 
 from app.db import utcnow
@@ -18,23 +18,27 @@ from app.orchestration.states import AttemptState
 OUTCOME_KIND = {"success": "success", "failed": "app", "unexecutable": "infra", "rescheduled": "rescheduled"}
 
 
+ATTEMPTS = TaskAttempt.__table__
+
+
 def _is(key: AttemptKey) -> tuple[Any, ...]:
-    return (TaskAttempt.task_instance_id == key.ti_id, TaskAttempt.try_number == key.try_number,
-            TaskAttempt.attempt_epoch == key.attempt_epoch)
+    return (ATTEMPTS.c.task_instance_id == key.ti_id, ATTEMPTS.c.try_number == key.try_number,
+            ATTEMPTS.c.attempt_epoch == key.attempt_epoch)
 
 
-def open_attempt(session: Session, ti: TaskInstance, now: datetime) -> None:
-    """The record of the attempt `ti` was just claimed for."""
-    session.add(TaskAttempt(task_instance_id=ti.id, try_number=ti.try_number, attempt_epoch=ti.attempt_epoch,
-                            execution_id=ti.execution_id, state=AttemptState.QUEUED, claimed_at=now))
+def open_attempts(session: Session, claimed: list[TaskInstance], now: datetime) -> None:
+    """The records of the attempts `claimed` were just claimed for, in one statement."""
+    session.execute(insert(ATTEMPTS), [
+        {"id": uuid.uuid4(), "task_instance_id": ti.id, "try_number": ti.try_number,
+         "attempt_epoch": ti.attempt_epoch, "execution_id": ti.execution_id, "state": AttemptState.QUEUED,
+         "outcome_kind": None, "reason": None, "user_code_started": False, "observed_phase": None,
+         "observed_reason": None, "claimed_at": now, "started_at": None, "ended_at": None} for ti in claimed])
 
 
 def update_attempt(session: Session, key: AttemptKey, **values: Any) -> None:
     """Update the record of `key`; an attempt dispatched before the fence existed has none, so
     one is made."""
-    updated = session.execute(
-        update(TaskAttempt).where(*_is(key)).values(**values).execution_options(synchronize_session=False)
-    ).rowcount
+    updated = session.execute(update(ATTEMPTS).where(*_is(key)).values(**values)).rowcount
     if not updated:
         session.add(TaskAttempt(task_instance_id=key.ti_id, try_number=key.try_number,
                                 attempt_epoch=key.attempt_epoch,

@@ -10,7 +10,7 @@ gets 409 stale-report with should_terminate and changes nothing.
 import uuid
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, select, update
 from sqlmodel import Session
 
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
@@ -21,8 +21,13 @@ from app.execution.key import AttemptKey
 from app.execution.schemas import Report
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Backoff, Outcome, apply_outcome, cas, requeue
+from app.orchestration.rails import TI, Backoff, Outcome, apply_outcome, lock_run_of, requeue, settle_success
 from app.orchestration.states import AttemptState
+
+# What the fence reads of a row and answers: the attempt's identity and state, and the names
+# a log stream is keyed by. Core rows, not ORM objects: these paths run on every agent write.
+FENCE_COLUMNS = (TI.c.id, TI.c.state, TI.c.try_number, TI.c.attempt_epoch,
+                 TI.c.dag_id, TI.c.run_id, TI.c.task_id, TI.c.map_index)
 
 
 def stale_report(key: AttemptKey, ti: TaskInstance | None, *, epoch_claimed: bool = True) -> AppError:
@@ -45,32 +50,41 @@ def _read(session: Session, ti_id: uuid.UUID) -> TaskInstance | None:
     ).scalar_one_or_none()
 
 
-def settled_by(key: AttemptKey, ti: TaskInstance) -> bool:
+def _row(session: Session, ti_id: uuid.UUID) -> Row | None:
+    return session.execute(select(*FENCE_COLUMNS).where(TI.c.id == ti_id)).first()
+
+
+def _is_attempt(key: AttemptKey) -> tuple:
+    """The settle rule as a statement's guard."""
+    return TI.c.id == key.ti_id, TI.c.try_number == key.try_number, TI.c.attempt_epoch == key.attempt_epoch
+
+
+def settled_by(key: AttemptKey, ti: TaskInstance | Row) -> bool:
     """The settle rule: `key` is the row's attempt, exactly."""
     return AttemptKey.of(ti) == key
 
 
-def relaxed_match(token: AttemptClaims, ti: TaskInstance) -> bool:
+def relaxed_match(token: AttemptClaims, ti: TaskInstance | Row) -> bool:
     """The relaxed rule: the token's try, and its epoch only when it carries one."""
     return ti.try_number == token.try_number and (not token.has_epoch or ti.attempt_epoch == token.attempt_epoch)
 
 
-def _stale(token: AttemptClaims, ti: TaskInstance | None) -> AppError:
+def _stale(token: AttemptClaims, ti: TaskInstance | Row | None) -> AppError:
     return stale_report(token.key, ti, epoch_claimed=token.has_epoch)
 
 
-def live_attempt(session: Session, token: AttemptClaims) -> TaskInstance:
+def live_attempt(session: Session, token: AttemptClaims) -> Row:
     """The task instance if the token's attempt is in flight under the relaxed rule."""
-    ti = _read(session, token.ti_id)
+    ti = _row(session, token.ti_id)
     if ti is None or not relaxed_match(token, ti) or ti.state not in s.IN_FLIGHT:
         raise _stale(token, ti)
     return ti
 
 
-def current_attempt(session: Session, token: AttemptClaims) -> TaskInstance:
+def current_attempt(session: Session, token: AttemptClaims) -> Row:
     """The task instance if the token's attempt is still its current one under the relaxed
     rule, finished or not (a log append may flush the last lines after the outcome)."""
-    ti = _read(session, token.ti_id)
+    ti = _row(session, token.ti_id)
     if ti is None or not relaxed_match(token, ti):
         raise _stale(token, ti)
     return ti
@@ -87,47 +101,61 @@ def renew(*, session: Session, token: AttemptClaims, keyring: KeyRing, ttl_secon
         raise unauthorized(f"The token was refused: {exc}.") from exc
 
 
-def heartbeat(*, session: Session, token: AttemptClaims, now: datetime | None = None) -> TaskInstance:
-    """Stamp last_heartbeat_at on the live attempt (relaxed rule)."""
+def heartbeat(*, session: Session, token: AttemptClaims, now: datetime | None = None) -> Row:
+    """Stamp last_heartbeat_at on the live attempt (relaxed rule): one guarded statement."""
     now = now or utcnow()
-    guard = [TaskInstance.id == token.ti_id, TaskInstance.try_number == token.try_number,
-             TaskInstance.state.in_(s.IN_FLIGHT)]
+    guard = [TI.c.id == token.ti_id, TI.c.try_number == token.try_number, TI.c.state.in_(s.IN_FLIGHT)]
     if token.has_epoch:
-        guard.append(TaskInstance.attempt_epoch == token.attempt_epoch)
-    ti = session.execute(
-        update(TaskInstance).where(*guard).values(last_heartbeat_at=now)
-        .returning(TaskInstance).execution_options(populate_existing=True, synchronize_session=False)
-    ).scalar_one_or_none()
+        guard.append(TI.c.attempt_epoch == token.attempt_epoch)
+    ti = session.execute(update(TI).where(*guard).values(last_heartbeat_at=now).returning(*FENCE_COLUMNS)).first()
     if ti is None:
-        raise _stale(token, _read(session, token.ti_id))
+        raise _stale(token, _row(session, token.ti_id))
     return ti
 
 
 def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
-           now: datetime | None = None) -> TaskInstance:
+           now: datetime | None = None) -> TaskInstance | Row:
     """Apply a report on attempt `key` under the settle rule. Repeating a report that was
     already applied to this very attempt (a journaled outcome re-delivered) answers as before."""
     now = now or utcnow()
-    ti = _read(session, key.ti_id)
-    if ti is None or not settled_by(key, ti):
-        raise stale_report(key, ti)
     if body.state == "running":
-        if ti.state == s.RUNNING:
-            return ti
-        moved = cas(session, ti, s.START, now, started_at=now, last_heartbeat_at=now, user_code_started=True)
-        if moved is None:
-            raise stale_report(key, _read(session, key.ti_id))
-        update_attempt(session, key, state=AttemptState.RUNNING, user_code_started=True, started_at=now)
-        return moved
+        return _start(session, key, now)
     outcome = Outcome(body.state, body.reason, body.reschedule_at)
-    if ti.state not in s.IN_FLIGHT:
-        if _already_applied(session, key, outcome):
+    # The lock order of every settling path: the run's row, then the task instance's, then
+    # the attempt record. The run is locked through the task instance's id, before it is read.
+    if not lock_run_of(session, key.ti_id):
+        raise stale_report(key, None)
+    if outcome.kind == "success":
+        # One guarded statement moves the row; readiness then looks only at its downstream.
+        moved = settle_success(session=session, ti_id=key.ti_id, try_number=key.try_number,
+                               attempt_epoch=key.attempt_epoch, now=now)
+    else:
+        ti = _read(session, key.ti_id)
+        moved = (apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now, locked=True)
+                 if settled_by(key, ti) and ti.state in s.IN_FLIGHT else None)
+    if moved is None:
+        ti = _row(session, key.ti_id)
+        if ti is not None and settled_by(key, ti) and ti.state not in s.IN_FLIGHT \
+                and _already_applied(session, key, outcome):
             return ti
         raise stale_report(key, ti)
-    moved = apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now)
-    if moved is None:
-        raise stale_report(key, _read(session, key.ti_id))
     close_attempt(session, key, outcome, now)
+    return moved
+
+
+def _start(session: Session, key: AttemptKey, now: datetime) -> Row:
+    """queued -> running (the start rail) in one guarded statement, then the attempt record;
+    `running` repeated for an attempt already running answers as before."""
+    moved = session.execute(
+        update(TI).where(*_is_attempt(key), TI.c.state.in_(s.START.sources))
+        .values(state=s.START.target, updated_at=now, started_at=now, last_heartbeat_at=now, user_code_started=True)
+        .returning(*FENCE_COLUMNS)).first()
+    if moved is None:
+        ti = _row(session, key.ti_id)
+        if ti is not None and settled_by(key, ti) and ti.state == s.RUNNING:
+            return ti
+        raise stale_report(key, ti)
+    update_attempt(session, key, state=AttemptState.RUNNING, user_code_started=True, started_at=now)
     return moved
 
 

@@ -4,16 +4,22 @@ A sweep lists candidates, then marks each with a compare-and-swap on the
 (id, state, try_number, attempt_epoch) it was listed with: a candidate that moved in between
 (it reported, or was re-placed) is left alone. Several replicas may sweep; on PostgreSQL a
 transaction-level advisory lock lets one of them do it, and every mark is guarded anyway.
+The periodic sweep runs in one process of all those on a PostgreSQL database (`serve
+--workers N`, replicas): the one whose reaper holds the session-level leader lock, on a
+connection it keeps; when that process ends, its connection and lock go with it and another
+process's reaper takes over at its next interval.
 """
 
 import logging
+import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, or_, select, text
+from sqlalchemy import Connection, Engine, or_, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from app.config import Settings
@@ -29,6 +35,7 @@ from app.orchestration.rails import Backoff, Outcome, apply_outcome, from_source
 
 log = logging.getLogger("fenceline.reapers")
 SWEEP_LOCK_KEY = 0x66656E6365  # "fence"
+LEADER_LOCK_KEY = 0x7265617065  # "reape": a key of its own, so the leader's sweeps can take SWEEP_LOCK_KEY
 
 
 @dataclass(frozen=True)
@@ -145,8 +152,11 @@ class ReaperThread:
     def _run(self) -> None:
         thresholds = Thresholds.from_settings(self.settings)
         backoff = Backoff.from_settings(self.settings)
+        leader: Connection | None = None  # PostgreSQL: the connection holding the leader lock
         while not self.stop_event.wait(self.settings.reaper_interval_seconds):
             try:
+                if is_postgres(self.engine) and (leader := self._lead(leader)) is None:
+                    continue  # another process sweeps
                 with Session(self.engine) as session:
                     marked = sweep(session=session, thresholds=thresholds, backoff=backoff, retention=self.retention)
                     session.commit()
@@ -154,3 +164,25 @@ class ReaperThread:
                     log.info("reaper marked %s", marked)
             except Exception:  # a failed sweep must not stop the next one
                 log.exception("reaper sweep failed")
+        if leader is not None:
+            leader.close()
+
+    def _lead(self, leader: Connection | None) -> Connection | None:
+        """The connection holding the leader lock, kept (checked with a trivial query) or newly
+        won; None while another process holds it."""
+        if leader is not None:
+            try:
+                leader.execute(text("SELECT 1")).scalar()
+                leader.commit()
+                return leader
+            except DBAPIError:  # the connection, and with it the lock, is gone
+                leader.invalidate()
+                leader.close()
+        conn = self.engine.connect()
+        won = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LEADER_LOCK_KEY}).scalar()
+        conn.commit()
+        if not won:
+            conn.close()
+            return None
+        print(f"fenceline: this process (pid {os.getpid()}) runs the reaper's sweeps", flush=True)
+        return conn

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from app import metrics, tracing
 from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
-from app.deps import SessionDep, StoreDep
+from app.deps import SessionDep, StoreDep, commit
 from app.errors import AppError
 from app.execution import attempts, dispatch, fence, observations, operator, reapers
 from app.execution.schemas import (
@@ -56,6 +56,7 @@ def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_i
             try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=run.tenant_id, trace_id=run.trace_id)
         token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
         items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
+    commit(session)
     metrics.count_claim(len(items))
     if started is not None:  # tracing is on
         tracing.claimed(started, [i.correlation.trace_id for i in items], {"fenceline.execution_id": str(execution_id)})
@@ -65,20 +66,25 @@ def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_i
 @router.post("/v1/attempts/report", responses=STALE)
 def report(body: Report, session: SessionDep, request: Request, token: AttemptDep) -> AttemptStatus:
     """Report `running` or the attempt's outcome (settle fence)."""
-    answer = status(fence.report(session=session, key=token.key, body=body, backoff=backoff(request)))
+    reported = status(fence.report(session=session, key=token.key, body=body, backoff=backoff(request)))
+    commit(session)
     metrics.reports.labels(body.state).inc()
-    return answer
+    return reported
 
 
 @router.post("/v1/attempts/heartbeat", responses=STALE)
 def heartbeat(session: SessionDep, token: AttemptDep) -> AttemptStatus:
-    return status(fence.heartbeat(session=session, token=token))
+    beat = status(fence.heartbeat(session=session, token=token))
+    commit(session)
+    return beat
 
 
 @router.get("/v1/attempts/live", responses=STALE)
 def live(session: SessionDep, token: AttemptDep) -> AttemptStatus:
     """200 while the token's attempt is the live one; 409 stale-report (should_terminate) after."""
-    return status(fence.live_attempt(session, token))
+    live = status(fence.live_attempt(session, token))
+    commit(session)
+    return live
 
 
 @router.post("/v1/attempts/release", responses=STALE)
@@ -92,10 +98,11 @@ def renew(session: SessionDep, request: Request, token: AttemptDep) -> RenewedTo
     """A fresh attempt token with every claim preserved verbatim (attempt_epoch absent, 0 or N
     alike); refused for a superseded or finished attempt, and past the lifetime ceiling."""
     settings = request.app.state.settings
-    return RenewedToken(attempt_token=fence.renew(
-        session=session, token=token, keyring=installation(request).keyring,
-        ttl_seconds=settings.attempt_token_ttl_seconds,
-        max_lifetime_seconds=settings.max_attempt_credential_lifetime_seconds))
+    renewed = fence.renew(session=session, token=token, keyring=installation(request).keyring,
+                          ttl_seconds=settings.attempt_token_ttl_seconds,
+                          max_lifetime_seconds=settings.max_attempt_credential_lifetime_seconds)
+    commit(session)
+    return RenewedToken(attempt_token=renewed)
 
 
 @router.post("/v1/observations", responses={**refusals(StaleReport), **problems(404)})  # 404: no such TI

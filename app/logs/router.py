@@ -8,7 +8,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from app.auth.deps import AttemptDep, OperatorDep
-from app.deps import SessionDep, StoreDep
+from app.deps import SessionDep, StoreDep, commit
 from app.errors import AppError
 from app.execution.schemas import StaleReport
 from app.logs import service
@@ -51,6 +51,7 @@ def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: R
                        f"An append carries at most {settings.log_max_request_bytes} bytes.")
     size = service.append(session=session, store=store, token=token, offset=body.offset, content=body.content,
                           max_attempt_bytes=settings.log_max_attempt_bytes)
+    commit(session)
     log_bytes_appended.inc(appended)
     return LogAppended(size=size)
 

@@ -39,6 +39,8 @@ class TaskInstance(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id", "task_id", "map_index"),
         Index("ix_task_instances_state_next_eligible_at", "state", "next_eligible_at"),
+        # Readiness after a success reads a run's waiting rows (rails.ready_downstream).
+        Index("ix_task_instances_dag_run_id_state", "dag_run_id", "state"),
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)

@@ -16,13 +16,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, Row, case, exists, literal, null, select, update
 from sqlmodel import Session
 
-from app.db import insert_ignore, utcnow
+from app.db import UTCDateTime, insert_ignore, utcnow
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from app.orchestration.states import Rail
+
+# The tables, for the statements of the hot paths: plain Core, without the ORM's per-statement
+# bookkeeping (identity map, bulk-update evaluation), which those paths do not need.
+TI, RUNS = TaskInstance.__table__, DagRun.__table__
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ NO_FAILURE = {"last_failure_kind": None, "last_failure_reason": None}
 
 def from_sources(rail: Rail) -> ColumnElement[bool]:
     """The guard every statement of `rail` carries: the row is in one of its source states."""
-    return TaskInstance.state.in_(rail.sources)
+    return TI.c.state.in_(rail.sources)
 
 
 def moved_to(rail: Rail, now: datetime) -> dict[str, Any]:
@@ -67,7 +71,7 @@ def moved_to(rail: Rail, now: datetime) -> dict[str, Any]:
     execution attempt, a new epoch without the old one's heartbeat."""
     values: dict[str, Any] = {"state": rail.target, "updated_at": now}
     if rail.new_epoch:
-        values.update(attempt_epoch=TaskInstance.attempt_epoch + 1, last_heartbeat_at=None)
+        values.update(attempt_epoch=TI.c.attempt_epoch + 1, last_heartbeat_at=None)
     return values
 
 
@@ -91,7 +95,7 @@ def cas(session: Session, ti: TaskInstance, rail: Rail, now: datetime | None = N
     ).scalar_one_or_none()
 
 
-def archive_try(session: Session, ti: TaskInstance, state: str) -> None:
+def archive_try(session: Session, ti: TaskInstance | Row, state: str) -> None:
     """Record a finished try once; a second archive of the same try does nothing."""
     insert_ignore(session, TaskInstanceHistory, {
         "id": uuid.uuid4(), "task_instance_id": ti.id, "try_number": ti.try_number,
@@ -114,7 +118,7 @@ def _settled(session: Session, ti: TaskInstance | None, archived_state: str | No
 
 def apply_outcome(
     *, session: Session, ti: TaskInstance, outcome: Outcome, backoff: Backoff, now: datetime | None = None,
-    within: Rail | None = None,
+    within: Rail | None = None, locked: bool = False,
 ) -> TaskInstance | None:
     """Route one attempt's outcome from the state `ti` was read in.
 
@@ -122,11 +126,12 @@ def apply_outcome(
     max_tries, else failed; unexecutable (infra) re-places the same try on the back-off budget
     and ends in infra_failed when the budget is spent, or at once for a non-idempotent task
     whose user code started; rescheduled waits for reschedule_at on the same try.
-    `within`, a reaper's mark, narrows the states the outcome may be applied from.
-    None if the attempt was superseded meanwhile.
+    `within`, a reaper's mark, narrows the states the outcome may be applied from; `locked`
+    says the caller holds the run's lock already. None if the attempt was superseded meanwhile.
     """
     now = now or utcnow()
-    lock_run(session, ti.dag_run_id)
+    if not locked:
+        lock_run(session, ti.dag_run_id)
 
     def move(rail: Rail, **values: Any) -> TaskInstance | None:
         return cas(session, ti, rail, now, within=within, **values)
@@ -158,30 +163,34 @@ def requeue(*, session: Session, ti: TaskInstance) -> TaskInstance | None:
 # The time-driven rails, and what each sets beyond its rail: reset_for_retry starts the next
 # try on a fresh infra budget; redispatch_after_reschedule keeps the try.
 PROMOTIONS: dict[Rail, dict[str, Any]] = {
-    s.RESET_FOR_RETRY: {"try_number": TaskInstance.try_number + 1, "infra_attempts": 0, "ended_at": None,
+    s.RESET_FOR_RETRY: {"try_number": TI.c.try_number + 1, "infra_attempts": 0, "ended_at": None,
                         "queued_at": None},
     s.REDISPATCH_AFTER_RESCHEDULE: {},
 }
 
 
-def promote(*, session: Session, rail: Rail, now: datetime, skip_locked: bool) -> None:
-    """Take the time-driven `rail` (up_for_retry or up_for_reschedule -> scheduled, new epoch)
-    for every row whose wait is over. Rows another transaction holds are skipped, not waited for."""
-    due = select(TaskInstance.id).where(from_sources(rail), TaskInstance.next_eligible_at <= now)
+def promote(*, session: Session, now: datetime, skip_locked: bool, rail: Rail | None = None) -> None:
+    """Take the time-driven `rail`, or every one (up_for_retry or up_for_reschedule -> scheduled,
+    new epoch), for every row whose wait is over, in one statement: what each rail sets beyond
+    the others is chosen by the row's state (they share their target and a new epoch, so
+    moved_to is alike). Rows another transaction holds are skipped, not waited for."""
+    rails = list(PROMOTIONS) if rail is None else [rail]
+    sources = sorted(set().union(*(r.sources for r in rails)))
+    due = select(TI.c.id).where(TI.c.state.in_(sources), TI.c.next_eligible_at <= now)
     if skip_locked:
         due = due.with_for_update(skip_locked=True)
+    by_state = {column: case(*((from_sources(r), PROMOTIONS[r][column]) for r in rails if column in PROMOTIONS[r]),
+                             else_=TI.c[column])
+                for column in {column for r in rails for column in PROMOTIONS[r]}}
     session.execute(
-        update(TaskInstance)
-        .where(TaskInstance.id.in_(due), from_sources(rail))
-        .values(**moved_to(rail, now), next_eligible_at=None, **NEW_EXECUTION, **PROMOTIONS[rail])
-        .execution_options(synchronize_session=False)
+        update(TI).where(TI.c.id.in_(due), TI.c.state.in_(sources))
+        .values(**moved_to(rails[0], now), next_eligible_at=None, **NEW_EXECUTION, **by_state)
     )
 
 
 def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> None:
     """Every time-driven rail whose wait is over."""
-    for rail in PROMOTIONS:
-        promote(session=session, rail=rail, now=now, skip_locked=skip_locked)
+    promote(session=session, now=now, skip_locked=skip_locked)
 
 
 def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR,
@@ -230,7 +239,67 @@ def lock_run(session: Session, dag_run_id: uuid.UUID) -> None:
     """Lock the run's row. Every path that settles, clears or marks a task instance takes it
     before the task instance's row: one lock order, so those paths queue on the run and never
     deadlock, also against a reaper sweep that holds a run across several marks."""
-    session.execute(select(DagRun.id).where(DagRun.id == dag_run_id).with_for_update()).scalar_one()
+    session.execute(select(RUNS.c.id).where(RUNS.c.id == dag_run_id).with_for_update()).scalar_one()
+
+
+def lock_run_of(session: Session, ti_id: uuid.UUID) -> bool:
+    """Lock the run of task instance `ti_id` (lock_run) without reading the task instance
+    first; False if there is no such task instance."""
+    run_of = select(TI.c.dag_run_id).where(TI.c.id == ti_id).scalar_subquery()
+    return session.execute(select(RUNS.c.id).where(RUNS.c.id == run_of).with_for_update()).first() is not None
+
+
+# What settle_success answers of the row: everything but the payload and the graph.
+SETTLED_COLUMNS = tuple(c for c in TI.c if c.name not in ("payload", "upstream_task_ids"))
+
+
+def settle_success(*, session: Session, ti_id: uuid.UUID, try_number: int, attempt_epoch: int,
+                   now: datetime) -> Row | None:
+    """The success rail for the attempt (ti_id, try_number, attempt_epoch) while it is in
+    flight, in one guarded statement; the try archived and readiness judged for the task's
+    downstream only. The caller holds the run's lock (lock_run_of). None if the attempt is not
+    the live one."""
+    moved = session.execute(
+        update(TI).where(TI.c.id == ti_id, TI.c.try_number == try_number, TI.c.attempt_epoch == attempt_epoch,
+                         from_sources(s.SUCCEED))
+        .values(**moved_to(s.SUCCEED, now), ended_at=now).returning(*SETTLED_COLUMNS)).first()
+    if moved is not None:
+        archive_try(session, moved, s.SUCCESS)
+        ready_downstream(session, moved.dag_run_id, moved.task_id, now)
+    return moved
+
+
+def ready_downstream(session: Session, dag_run_id: uuid.UUID, task_id: str, now: datetime) -> None:
+    """Readiness after `task_id` succeeded, under the run's lock: only waiting tasks downstream
+    of it can change, so only they are judged (with their upstreams' states), and the run's
+    state is settled in one statement; not O(tasks in the run) in Python. A downstream task
+    that would turn upstream_failed (a failure the full judgement had not yet propagated)
+    falls back to refresh_run."""
+    waiting = session.execute(select(TI.c.id, TI.c.upstream_task_ids)
+                              .where(TI.c.dag_run_id == dag_run_id, TI.c.state == s.NONE)).all()
+    downstream = [row for row in waiting if task_id in row.upstream_task_ids]
+    if downstream:
+        upstream_states: dict[str, list[str]] = {}
+        for row in session.execute(select(TI.c.task_id, TI.c.state).where(
+                TI.c.dag_run_id == dag_run_id, TI.c.task_id.in_({t for d in downstream for t in d.upstream_task_ids}))):
+            upstream_states.setdefault(row.task_id, []).append(row.state)
+        ready = []
+        for row in downstream:
+            upstream = [st for task in row.upstream_task_ids for st in upstream_states.get(task, [])]
+            if any(st in s.FAILED_STATES for st in upstream):
+                refresh_run(session, dag_run_id, now)
+                return
+            if all(st == s.SUCCESS for st in upstream):
+                ready.append(row.id)
+        if ready:
+            session.execute(update(TI).where(TI.c.id.in_(ready), from_sources(s.READY))
+                            .values(**moved_to(s.READY, now)))
+    of_run = TI.c.dag_run_id == dag_run_id
+    unfinished = exists().where(of_run, TI.c.state.not_in(s.FINISHED))
+    unsuccessful = exists().where(of_run, TI.c.state != s.SUCCESS)
+    session.execute(update(RUNS).where(RUNS.c.id == dag_run_id).values(
+        state=case((unfinished, "running"), (unsuccessful, s.FAILED), else_=s.SUCCESS),
+        ended_at=case((unfinished, null()), else_=literal(now, UTCDateTime())), updated_at=now))
 
 
 def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reopen: bool = False) -> None:
