@@ -5,6 +5,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from sqlalchemy import Engine
+from sqlmodel import Session
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__, metrics, models, tracing  # noqa: F401  (registers every table)
@@ -16,7 +18,7 @@ from app.apidocs import router as docs_router
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
-from app.db import make_engine, reading
+from app.db import make_engine, reading, utcnow
 from app.execution.reapers import ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
@@ -28,11 +30,20 @@ from app.logs.retention import Retention
 from app.logs.router import router as logs_router
 from app.observe import Observe
 from app.operations import router as operations_router
+from app.orchestration.rails import next_eligible_at
 from app.orchestration.router import router as orchestration_router
 from app.problems import document_errors, install_error_handlers
 from app.ui.router import router as ui_router
+from app.wakeups import Hub
 
 log = logging.getLogger("fenceline")
+
+
+def next_due(engine: Engine) -> float | None:
+    """The wake-up timer's next time: when the earliest waiting task instance becomes claimable."""
+    with Session(engine) as session:
+        at = next_eligible_at(session=session, now=utcnow())
+    return at.timestamp() if at is not None else None
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -53,7 +64,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         reaper = ReaperThread(app.state.engine, settings, retention) if settings.reaper_interval_seconds > 0 else None
         if reaper is not None:
             reaper.start()
+        await app.state.wakeups.start()
         yield
+        await app.state.wakeups.stop()
         if reaper is not None:
             reaper.stop()
         app.state.engine.dispose()
@@ -77,6 +90,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.read_engine = reading(app.state.engine)
     metrics.watch_pool(app.state.engine)
     app.state.metrics_registry = metrics.scrape_registry(app.state.read_engine)
+    # Claims in flight at once: half the pool, the rest for every other request.
+    app.state.wakeups = Hub(app.state.engine, lambda: next_due(app.state.read_engine),
+                            claim_threads=max(1, settings.database_pool_size // 2))
     store_name, store_note = stores.choose(settings)
     app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
     install_error_handlers(app)

@@ -2,9 +2,11 @@
 
 import uuid
 
+import anyio
 from fastapi import APIRouter, Request
+from sqlmodel import Session
 
-from app import metrics, tracing
+from app import metrics, tracing, wakeups
 from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
 from app.deps import SessionDep, StoreDep, commit
@@ -46,21 +48,37 @@ def status(ti: TaskInstance) -> AttemptStatus:
 
 
 @router.post("/v1/dispatch/claim", responses=refusals(StaleExecution))
-def claim(body: ClaimRequest, session: SessionDep, request: Request, execution_id: WorkerDep) -> WorkItems:
-    """Claim up to `limit` ready task instances for the calling execution (worker token)."""
+async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -> WorkItems:
+    """Claim up to `limit` ready task instances for the calling execution (worker token); with
+    `wait_seconds`, wait that long for work (answered as soon as some is claimed), holding
+    neither a thread nor a database connection while waiting."""
+    hub: wakeups.Hub = request.app.state.wakeups
+    items = await wakeups.wait_for_work(
+        hub, lambda: anyio.to_thread.run_sync(claim_now, request, execution_id, body.limit, limiter=hub.claim_limiter),
+        limit=body.limit, seconds=body.wait_seconds, gone=request.is_disconnected)
+    return WorkItems(items=items)
+
+
+def claim_now(request: Request, execution_id: uuid.UUID, limit: int) -> list[WorkItem]:
+    """One claim in a transaction of its own, committed only while the client is still there
+    to be handed the items (in a worker thread of the event loop)."""
     keyring, ttl = installation(request).keyring, request.app.state.settings.attempt_token_ttl_seconds
     started, items = tracing.now(), []
-    for ti, run in dispatch.claim(session=session, execution_id=execution_id, limit=body.limit):
-        correlation = Correlation(
-            ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
-            try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=run.tenant_id, trace_id=run.trace_id)
-        token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
-        items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
-    commit(session)
+    with Session(request.app.state.engine, expire_on_commit=False) as session:
+        for ti, run in dispatch.claim(session=session, execution_id=execution_id, limit=limit):
+            correlation = Correlation(
+                ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
+                try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=run.tenant_id,
+                trace_id=run.trace_id)
+            token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
+            items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
+        if items and anyio.from_thread.run(request.is_disconnected):
+            return []  # rolled back: nobody is there to run them
+        session.commit()
     metrics.count_claim(len(items))
     if started is not None:  # tracing is on
         tracing.claimed(started, [i.correlation.trace_id for i in items], {"fenceline.execution_id": str(execution_id)})
-    return WorkItems(items=items)
+    return items
 
 
 @router.post("/v1/attempts/report", responses=STALE)

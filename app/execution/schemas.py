@@ -13,8 +13,15 @@ InfraReason = Literal[INFRA_REASONS]  # type: ignore[valid-type]
 REASON_MAX = 64  # an attempt record's reason column
 
 
+MAX_CLAIM_WAIT_SECONDS = 30
+
+
 class ClaimRequest(Strict):
+    """Up to `limit` ready task instances; with `wait_seconds`, the claim waits that long for
+    work to become ready (answered as soon as it is) before it answers an empty list."""
+
     limit: Annotated[int, Field(ge=1, le=100)] = 1
+    wait_seconds: Annotated[float, Field(ge=0, le=MAX_CLAIM_WAIT_SECONDS)] = 0
 
 
 class Correlation(BaseModel):

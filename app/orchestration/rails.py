@@ -8,6 +8,9 @@ heartbeat for, or outlive its replacement.
 
 Each CAS is guarded on `(id, state, try_number, attempt_epoch)` as read from the candidate and
 on the rail's source states: `None` means the row moved and the caller lost the race.
+
+Every rail that makes a task instance claimable, now or at a later `next_eligible_at`,
+announces it in the same transaction (app/wakeups.py), so waiting claims wake on commit.
 """
 
 import random
@@ -16,13 +19,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Row, case, exists, literal, null, select, update
+from sqlalchemy import ColumnElement, Row, case, exists, func, literal, null, select, update
 from sqlmodel import Session
 
 from app.db import UTCDateTime, insert_ignore, utcnow
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from app.orchestration.states import Rail
+from app.wakeups import announce
 
 # The tables, for the statements of the hot paths: plain Core, without the ORM's per-statement
 # bookkeeping (identity map, bulk-update evaluation), which those paths do not need.
@@ -136,28 +140,39 @@ def apply_outcome(
     def move(rail: Rail, **values: Any) -> TaskInstance | None:
         return cas(session, ti, rail, now, within=within, **values)
 
+    def move_to_wait(rail: Rail, **values: Any) -> TaskInstance | None:
+        """A move to a state claimable once `next_eligible_at` has passed."""
+        moved = move(rail, **values)
+        if moved is not None:
+            announce(session, count=1, at=moved.next_eligible_at)
+        return moved
+
     if outcome.kind == "success":
         return _settled(session, move(s.SUCCEED, ended_at=now), s.SUCCESS, now)
     if outcome.kind == "failed":
         failure = {"last_failure_kind": "app", "last_failure_reason": outcome.reason, "ended_at": now}
         if ti.try_number <= ti.max_tries:
             retry_at = now + timedelta(seconds=ti.retry_delay_seconds)
-            return _settled(session, move(s.FAIL_FOR_RETRY, next_eligible_at=retry_at, **failure), s.FAILED, now)
+            return _settled(session, move_to_wait(s.FAIL_FOR_RETRY, next_eligible_at=retry_at, **failure),
+                            s.FAILED, now)
         return _settled(session, move(s.FAIL, **failure), s.FAILED, now)
     if outcome.kind == "unexecutable":
         failure = {"last_failure_kind": "infra", "last_failure_reason": outcome.reason}
         started_non_idempotent = not ti.idempotent and ti.user_code_started
         if started_non_idempotent or ti.infra_attempts >= ti.max_infra_attempts:
             return _settled(session, move(s.INFRA_FAIL, ended_at=now, **failure), s.INFRA_FAILED, now)
-        return move(s.REPLACE_AFTER_INFRA_FAULT, infra_attempts=ti.infra_attempts + 1,
-                    next_eligible_at=now + backoff.delay(ti.infra_attempts), **NEW_EXECUTION, **failure)
-    return move(s.RESCHEDULE, next_eligible_at=outcome.reschedule_at, last_heartbeat_at=None)
+        return move_to_wait(s.REPLACE_AFTER_INFRA_FAULT, infra_attempts=ti.infra_attempts + 1,
+                            next_eligible_at=now + backoff.delay(ti.infra_attempts), **NEW_EXECUTION, **failure)
+    return move_to_wait(s.RESCHEDULE, next_eligible_at=outcome.reschedule_at, last_heartbeat_at=None)
 
 
 def requeue(*, session: Session, ti: TaskInstance) -> TaskInstance | None:
     """queued -> scheduled, same try, new epoch, no infra budget spent: a worker hands back a
     claim whose user code never started."""
-    return cas(session, ti, s.REQUEUE, next_eligible_at=None, **NEW_EXECUTION)
+    moved = cas(session, ti, s.REQUEUE, next_eligible_at=None, **NEW_EXECUTION)
+    if moved is not None:
+        announce(session, count=1)
+    return moved
 
 
 # The time-driven rails, and what each sets beyond its rail: reset_for_retry starts the next
@@ -182,15 +197,29 @@ def promote(*, session: Session, now: datetime, skip_locked: bool, rail: Rail | 
     by_state = {column: case(*((from_sources(r), PROMOTIONS[r][column]) for r in rails if column in PROMOTIONS[r]),
                              else_=TI.c[column])
                 for column in {column for r in rails for column in PROMOTIONS[r]}}
-    session.execute(
+    promoted = session.execute(
         update(TI).where(TI.c.id.in_(due), TI.c.state.in_(sources))
         .values(**moved_to(rails[0], now), next_eligible_at=None, **NEW_EXECUTION, **by_state)
-    )
+    ).rowcount
+    if promoted:
+        announce(session, count=promoted)
 
 
 def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> None:
     """Every time-driven rail whose wait is over."""
     promote(session=session, now=now, skip_locked=skip_locked)
+
+
+WAITING_STATES = (s.SCHEDULED, s.UP_FOR_RETRY, s.UP_FOR_RESCHEDULE)
+
+
+def next_eligible_at(*, session: Session, now: datetime) -> datetime | None:
+    """The earliest time after `now` at which a waiting task instance (a retry, a reschedule,
+    an infra re-place backing off) becomes claimable: the wake-up timer's next time."""
+    return session.execute(
+        select(func.min(TaskInstance.next_eligible_at))
+        .where(TaskInstance.state.in_(WAITING_STATES), TaskInstance.next_eligible_at > now)
+    ).scalar_one()
 
 
 def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR,
@@ -294,6 +323,7 @@ def ready_downstream(session: Session, dag_run_id: uuid.UUID, task_id: str, now:
         if ready:
             session.execute(update(TI).where(TI.c.id.in_(ready), from_sources(s.READY))
                             .values(**moved_to(s.READY, now)))
+            announce(session, count=len(ready))
     of_run = TI.c.dag_run_id == dag_run_id
     unfinished = exists().where(of_run, TI.c.state.not_in(s.FINISHED))
     unsuccessful = exists().where(of_run, TI.c.state != s.SUCCESS)
@@ -340,6 +370,8 @@ def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reope
         if moved:
             session.execute(update(TaskInstance).where(TaskInstance.id.in_(moved), from_sources(rail))
                             .values(**moved_to(rail, now)).execution_options(synchronize_session=False))
+            if rail is s.READY:
+                announce(session, count=len(moved))
     finals = set(state.values())
     if finals <= set(s.FINISHED):
         run_state, ended = (s.SUCCESS if finals == {s.SUCCESS} else s.FAILED), now

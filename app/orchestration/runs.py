@@ -11,6 +11,7 @@ from app.errors import AppError, not_found
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.schemas import RunCreate
+from app.wakeups import announce
 
 
 def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[TaskInstance]]:
@@ -38,6 +39,8 @@ def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[Ta
     ]
     session.add_all(tis)
     session.flush()
+    if ready := sum(ti.state == s.SCHEDULED for ti in tis):
+        announce(session, count=ready)
     return run, tis
 
 

@@ -28,6 +28,14 @@ from app.worker.task import TaskRunner
 EXIT_OK, EXIT_ERROR, EXIT_SEAT_TAKEN, EXIT_SUPERSEDED = 0, 1, 3, 4
 
 
+# Back-off between claims while the server is unreachable, at most this long.
+UNREACHABLE_CAP_SECONDS = 5.0
+
+
+class ClaimInterrupted(BaseException):
+    """Raised by the stop signal's handler into a waiting claim in flight: it is abandoned."""
+
+
 class Fatal(Exception):
     """The worker cannot go on; the message says why, the code is the exit status."""
 
@@ -44,6 +52,7 @@ class Worker:
         self.worker_token = ""
         self.execution_id = ""
         self.threads: list[threading.Thread] = []
+        self._claiming = False  # a waiting claim is in flight (on the main thread)
 
     @property
     def log(self) -> logging.Logger:
@@ -176,31 +185,48 @@ class Worker:
     # serving ---------------------------------------------------------------------------------
 
     def _claim_loop(self) -> None:
-        backoff = Backoff(cap=self.settings.poll_interval * 10)
+        """While a slot is free, a waiting claim: the server answers as soon as work is ready
+        (or with nothing after claim_wait), so an idle worker costs one request per wait."""
+        backoff = Backoff(cap=UNREACHABLE_CAP_SECONDS)
         while not self.ctx.stopping.is_set():
             self.threads = [t for t in self.threads if t.is_alive()]
             free = self.settings.concurrency - len(self.threads)
-            wait = self.settings.poll_interval
-            if free > 0:
-                try:
-                    for item in self.ctx.api.claim(self.worker_token, free):
-                        self._start(item)
-                    if backoff.failures:
-                        self.log.info("claim: server reachable again")
-                        backoff = Backoff(cap=self.settings.poll_interval * 10)
-                except ServerUnreachable as exc:
-                    wait = backoff.next_delay()
-                    if backoff.failures == 1:  # once per outage
-                        self.log.warning("claim: server unreachable (%s); retrying with back-off", exc)
-                except Stale as exc:
-                    self.ctx.halt_now()
-                    raise Fatal(f"execution {self.execution_id} can no longer claim ({exc.type}: "
-                                f"{exc.problem.get('detail')}); stopping its tasks", EXIT_SUPERSEDED) from exc
-                except Refused as exc:
-                    self.ctx.stopping.set()
-                    raise Fatal(f"claim refused ({exc}); draining and exiting") from exc
-            self.ctx.wake.wait(wait)
-            self.ctx.wake.clear()
+            if free <= 0:
+                self.ctx.wake.wait(1.0)  # a task ended (its thread may still be ending), or a signal came
+                self.ctx.wake.clear()
+                continue
+            try:
+                for item in self._waiting_claim(free):
+                    self._start(item)
+                if backoff.failures:
+                    self.log.info("claim: server reachable again")
+                    backoff = Backoff(cap=UNREACHABLE_CAP_SECONDS)
+            except ClaimInterrupted:
+                return
+            except ServerUnreachable as exc:
+                if backoff.failures == 0:  # once per outage
+                    self.log.warning("claim: server unreachable (%s); retrying with back-off", exc)
+                self.ctx.wake.wait(backoff.next_delay())
+                self.ctx.wake.clear()
+            except Stale as exc:
+                self.ctx.halt_now()
+                raise Fatal(f"execution {self.execution_id} can no longer claim ({exc.type}: "
+                            f"{exc.problem.get('detail')}); stopping its tasks", EXIT_SUPERSEDED) from exc
+            except Refused as exc:
+                self.ctx.stopping.set()
+                raise Fatal(f"claim refused ({exc}); draining and exiting") from exc
+
+    def _waiting_claim(self, limit: int) -> list[dict[str, Any]]:
+        """One waiting claim, which a stop signal interrupts (the signal handler raises
+        ClaimInterrupted): the connection closes, and the server claims nothing for a client
+        that has gone."""
+        self._claiming = True
+        try:
+            if self.ctx.stopping.is_set():
+                raise ClaimInterrupted
+            return self.ctx.api.claim(self.worker_token, limit, wait=self.settings.claim_wait)
+        finally:
+            self._claiming = False
 
     def _start(self, item: dict[str, Any]) -> None:
         runner = TaskRunner(self.ctx, item)
@@ -228,6 +254,8 @@ class Worker:
                           self.settings.grace_period)
             self.ctx.stopping.set()
             self.ctx.wake.set()
+            if self._claiming:
+                raise ClaimInterrupted
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)

@@ -91,20 +91,22 @@ class Api:
     """The endpoints the worker calls. One client, shared by every task thread."""
 
     def __init__(self, server: str, timeout: float = 15.0) -> None:
-        self.server = server.rstrip("/")
+        self.server, self.timeout = server.rstrip("/"), timeout
         self.http = httpx.Client(base_url=self.server, timeout=httpx.Timeout(timeout, connect=5.0))
 
     def close(self) -> None:
         self.http.close()
 
     def call(self, method: str, path: str, *, token: str | None = None, json: Any = None,
-             headers: dict[str, str] | None = None) -> tuple[int, Any]:
-        """One request; answers (status, body) for a 2xx, else raises."""
+             headers: dict[str, str] | None = None, wait: float = 0.0) -> tuple[int, Any]:
+        """One request (that the server may hold `wait` seconds); answers (status, body) for a
+        2xx, else raises."""
         all_headers = {**(bearer(token) if token else {}), **(headers or {})}
         if (trace := tracing.current.get()) is not None:  # an attempt's call: in its run's trace
             all_headers["traceparent"] = trace
+        timeout = self.http.timeout if not wait else httpx.Timeout(self.timeout + wait, connect=5.0)
         try:
-            resp = self.http.request(method, path, json=json, headers=all_headers)
+            resp = self.http.request(method, path, json=json, headers=all_headers, timeout=timeout)
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
         if resp.is_success:
@@ -130,8 +132,10 @@ class Api:
 
     # worker and agent calls ----------------------------------------------------------------
 
-    def claim(self, worker_token: str, limit: int) -> list[dict[str, Any]]:
-        return self.call("POST", "/v1/dispatch/claim", token=worker_token, json={"limit": limit})[1]["items"]
+    def claim(self, worker_token: str, limit: int, wait: float = 0.0) -> list[dict[str, Any]]:
+        """Up to `limit` WorkItems; the server holds the request up to `wait` seconds for work."""
+        body = {"limit": limit, "wait_seconds": wait}
+        return self.call("POST", "/v1/dispatch/claim", token=worker_token, json=body, wait=wait)[1]["items"]
 
     def report(self, attempt_token: str, state: str, reason: str | None = None) -> dict[str, Any]:
         body = {"state": state, **({"reason": reason} if reason else {})}

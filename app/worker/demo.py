@@ -22,7 +22,7 @@ SEATS = ("demo-worker-1", "demo-worker-2")
 # Short thresholds so that a killed worker is noticed in seconds, not minutes.
 SERVER_SETTINGS = {"FENCELINE_REAPER_INTERVAL_SECONDS": "0.5", "FENCELINE_AGENT_LOST_AFTER_SECONDS": "2",
                    "FENCELINE_DISPATCH_LOST_AFTER_SECONDS": "30", "FENCELINE_INFRA_BACKOFF_BASE_SECONDS": "0.5"}
-WORKER_FLAGS = ["--concurrency", "1", "--heartbeat-interval", "0.5", "--poll-interval", "0.3", "--grace-period", "5"]
+WORKER_FLAGS = ["--concurrency", "1", "--heartbeat-interval", "0.5", "--grace-period", "5"]
 
 
 def _free_port() -> int:

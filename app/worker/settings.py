@@ -6,6 +6,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+MAX_CLAIM_WAIT = 30  # the server's limit on a claim's wait_seconds
+
 
 @dataclass(frozen=True)
 class WorkerSettings:
@@ -15,7 +17,7 @@ class WorkerSettings:
     concurrency: int
     state_dir: Path
     heartbeat_interval: float
-    poll_interval: float
+    claim_wait: float
     grace_period: float
     username: str
     password: str = field(repr=False)
@@ -57,8 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=float(_env("FENCELINE_WORKER_HEARTBEAT_INTERVAL", "10")),
                         help="seconds between heartbeats of a running task; keep it well under the "
                              "server's agent_lost_after_seconds (env FENCELINE_WORKER_HEARTBEAT_INTERVAL)")
-    parser.add_argument("--poll-interval", type=float, default=float(_env("FENCELINE_WORKER_POLL_INTERVAL", "1")),
-                        help="seconds between claims while idle (env FENCELINE_WORKER_POLL_INTERVAL)")
+    parser.add_argument("--claim-wait", type=float, default=float(_env("FENCELINE_WORKER_CLAIM_WAIT", "20")),
+                        help="seconds one claim waits on the server for work while idle, at most "
+                             f"{MAX_CLAIM_WAIT}: the server answers as soon as work is ready "
+                             "(env FENCELINE_WORKER_CLAIM_WAIT)")
     parser.add_argument("--grace-period", type=float, default=float(_env("FENCELINE_WORKER_GRACE_PERIOD", "30")),
                         help="on SIGTERM, seconds running tasks get to finish (env FENCELINE_WORKER_GRACE_PERIOD)")
     parser.add_argument("--log-format", choices=["plain", "json"], default=_env("FENCELINE_LOG_FORMAT", "plain"),
@@ -88,14 +92,15 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
                          "or --token-file) or the operator password (FENCELINE_ADMIN_PASSWORD or --password-file)")
     if args.concurrency < 1:
         raise ValueError("--concurrency must be at least 1")
-    for name in ("heartbeat_interval", "poll_interval"):
-        if getattr(args, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive")
+    if args.heartbeat_interval <= 0:
+        raise ValueError("--heartbeat-interval must be positive")
+    if not 0 < args.claim_wait <= MAX_CLAIM_WAIT:
+        raise ValueError(f"--claim-wait must be above 0 and at most {MAX_CLAIM_WAIT}")
     seat, pod = _identity(args)
     state_dir = args.state_dir or Path(_env("FENCELINE_WORKER_STATE_DIR", str(Path("data") / "worker" / seat)))
     return WorkerSettings(
         server=args.server, seat=seat, swarm=args.swarm, runtime=args.runtime, pod=pod, concurrency=args.concurrency,
-        state_dir=state_dir, heartbeat_interval=args.heartbeat_interval, poll_interval=args.poll_interval,
+        state_dir=state_dir, heartbeat_interval=args.heartbeat_interval, claim_wait=args.claim_wait,
         grace_period=max(0.0, args.grace_period), username=args.username, password=password,
         launcher_token=launcher_token, log_format=args.log_format,
     )

@@ -69,7 +69,7 @@ class WorkerProcess:
         self.seat, self.state_dir = seat, state_dir
         self.log_path = state_dir.with_name(f"{state_dir.name}-{time.monotonic_ns()}.log")
         args = ["--server", server_url, "--seat", seat, "--state-dir", str(state_dir), "--heartbeat-interval", "0.2",
-                "--poll-interval", "0.1", "--grace-period", "10", *flags]
+                "--grace-period", "10", *flags]
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", *args], cwd=REPO, env=env,
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

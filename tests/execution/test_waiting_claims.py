@@ -1,0 +1,255 @@
+"""Waiting claims (contract 2.2): a claim with `wait_seconds` is answered as soon as work is
+ready — woken by the transaction that made it ready, on every replica — or with an empty list
+when its wait ends; a waiter whose client has gone claims nothing.
+
+Each test makes its claims wait generously (far longer than the test needs) and asserts what
+the claim answers: a claim that was not woken would answer an empty list."""
+
+import socket
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from app.main import create_app
+from app.wakeups import Hub
+from tests.api import Attempt, Operator, Worker, assert_problem, json_of, task
+from tests.conftest import LiveServer, app_settings
+from tests.worker.conftest import wait_until
+
+WAIT = 30  # the longest a claim may wait: far longer than any wake-up takes
+
+
+def hub(server: LiveServer) -> Hub:
+    return server.server.config.app.state.wakeups
+
+
+class Waiting:
+    """A waiting claim on its own connection and thread; `result()` is its items."""
+
+    def __init__(self, server: LiveServer, worker: Worker, wait: float = WAIT, limit: int = 1) -> None:
+        self.client = server.client(verify=False)
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.future = self.pool.submit(self._claim, worker.headers, wait, limit)
+
+    def _claim(self, headers: dict[str, str], wait: float, limit: int) -> list[dict[str, Any]]:
+        with self.client:
+            resp = self.client.post("/v1/dispatch/claim", json={"limit": limit, "wait_seconds": wait}, headers=headers)
+            return json_of(resp)["items"]
+
+    def result(self) -> list[dict[str, Any]]:
+        try:
+            return self.future.result(timeout=WAIT + 30)
+        finally:
+            self.pool.shutdown()
+
+
+def waiting_claims(server: LiveServer, workers: list[Worker], **kwargs: Any) -> list[Waiting]:
+    """Waiting claims of `workers`, each one waiting on the server before the next starts."""
+    started: list[Waiting] = []
+    for worker in workers:
+        started.append(Waiting(server, worker, **kwargs))
+        count = len(started)
+        wait_until(lambda: hub(server).waiting >= count, f"{count} waiting claims")  # noqa: B023
+    return started
+
+
+@pytest.fixture
+def operator(live_server: LiveServer) -> Operator:
+    return Operator(live_server.client())
+
+
+class TestWaitingClaim:
+    def test_a_waiting_claim_answers_an_empty_list_when_its_wait_ends(self, live_server, operator):
+        assert Waiting(live_server, Worker(operator), wait=0.5).result() == []
+
+    @pytest.mark.parametrize("wait", [-1, 30.5, "soon"])
+    def test_a_wait_out_of_range_is_refused_and_claims_nothing(self, live_server, operator, wait):
+        operator.create_run(task("t"))
+        worker = Worker(operator)
+        resp = operator.client.post("/v1/dispatch/claim", json={"limit": 1, "wait_seconds": wait},
+                                    headers=worker.headers)
+        assert_problem(resp, 422, "validation-error")
+        assert operator.find_ti("t")["state"] == "scheduled"
+
+    def test_ready_work_is_answered_without_waiting(self, live_server, operator):
+        operator.create_run(task("t"))
+        (item,) = Waiting(live_server, Worker(operator)).result()
+        assert item["correlation"]["task_id"] == "t"
+
+    def test_creating_a_run_wakes_a_waiting_claim(self, live_server, operator):
+        (waiting,) = waiting_claims(live_server, [Worker(operator)])
+        operator.create_run(task("t"))
+        (item,) = waiting.result()
+        assert (item["correlation"]["task_id"], item["correlation"]["attempt_epoch"]) == ("t", 1)
+
+    def test_an_upstream_success_wakes_a_waiting_claim_for_its_downstream(self, live_server, operator):
+        operator.create_run(task("a"), task("b", "a"))
+        upstream = Worker(operator, "worker-a").claim_one()
+        (waiting,) = waiting_claims(live_server, [Worker(operator, "worker-b")])
+        upstream.report("running")
+        upstream.report("success")
+        (item,) = waiting.result()
+        assert item["correlation"]["task_id"] == "b"
+
+    def test_a_clear_wakes_a_waiting_claim(self, live_server, operator):
+        ti_id = operator.create_run(task("t"))["task_instances"][0]["ti_id"]
+        done = Worker(operator, "worker-a").claim_one()
+        done.report("running")
+        done.report("success")
+        (waiting,) = waiting_claims(live_server, [Worker(operator, "worker-b")])
+        json_of(operator.post(f"/v1/task-instances/{ti_id}/clear"))
+        (item,) = waiting.result()
+        assert (item["correlation"]["ti_id"], item["correlation"]["try_number"]) == (ti_id, 2)
+
+    def test_clearing_the_failed_of_a_run_wakes_a_waiting_claim(self, live_server, operator):
+        operator.create_run(task("t"))
+        failed = Worker(operator, "worker-a").claim_one()
+        failed.report("running")
+        failed.report("failed")
+        (waiting,) = waiting_claims(live_server, [Worker(operator, "worker-b")])
+        json_of(operator.post("/v1/runs/dag/run/clear-failed"))
+        (item,) = waiting.result()
+        assert item["correlation"]["try_number"] == 2
+
+    def test_a_release_wakes_a_waiting_claim(self, live_server, operator):
+        operator.create_run(task("t"))
+        handed_back = Worker(operator, "worker-a").claim_one()
+        (waiting,) = waiting_claims(live_server, [Worker(operator, "worker-b")])
+        assert handed_back.release().status_code == 200
+        (item,) = waiting.result()
+        assert item["correlation"]["attempt_epoch"] == 3  # claim, requeue, claim
+
+    def test_an_infra_re_place_wakes_a_waiting_claim(self, live_server, operator):
+        operator.create_run(task("t"))
+        lost = Worker(operator, "worker-a").claim_one()
+        (waiting,) = waiting_claims(live_server, [Worker(operator, "worker-b")])
+        lost.report("unexecutable", reason="dispatch_failed")  # back-off 0 in the tests: ready at once
+        (item,) = waiting.result()
+        assert item["correlation"]["attempt_epoch"] == 3
+
+    def test_a_retry_delay_passing_wakes_a_waiting_claim(self, live_server, operator):
+        operator.create_run(task("t", retries=1, retry_delay=1))
+        failed = Worker(operator, "worker-a").claim_one()
+        failed.report("running")
+        (waiting,) = waiting_claims(live_server, [Worker(operator, "worker-b")])
+        failed.report("failed")  # up_for_retry: claimable in a second, told by nothing but the timer
+        (item,) = waiting.result()
+        assert item["correlation"]["try_number"] == 2
+
+    def test_a_reschedule_time_passing_wakes_a_waiting_claim(self, live_server, operator):
+        operator.create_run(task("sensor"))
+        poke = Worker(operator, "worker-a").claim_one()
+        poke.report("running")
+        (waiting,) = waiting_claims(live_server, [Worker(operator, "worker-b")])
+        poke.report("rescheduled", reschedule_at=(datetime.now(UTC) + timedelta(seconds=1)).isoformat())
+        (item,) = waiting.result()
+        assert (item["correlation"]["task_id"], item["correlation"]["try_number"]) == ("sensor", 1)
+
+    def test_a_time_already_set_when_the_server_starts_wakes_a_waiting_claim(self, db_url, engine):
+        with LiveServer(create_app(app_settings(db_url))) as first:
+            operator = Operator(first.client())
+            operator.create_run(task("t", retries=1, retry_delay=3))
+            failed = Worker(operator, "worker-a").claim_one()
+            failed.report("running")
+            failed.report("failed")
+        with LiveServer(create_app(app_settings(db_url))) as second:  # learns the time from the database
+            (waiting,) = waiting_claims(second, [Worker(Operator(second.client()), "worker-b")])
+            (item,) = waiting.result()
+        assert item["correlation"]["try_number"] == 2
+
+
+class TestFairness:
+    def test_many_waiters_and_one_task_one_gets_it_and_the_others_wait_out_their_deadline(self, live_server,
+                                                                                           operator):
+        waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(6)], wait=3)
+        operator.create_run(task("t"))
+        answers = [w.result() for w in waiting]
+        assert sorted(len(items) for items in answers) == [0, 0, 0, 0, 0, 1]
+
+    def test_a_woken_claim_that_takes_a_full_batch_passes_the_wake_on(self, live_server, operator):
+        waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(3)], limit=2)
+        operator.create_run(*(task(f"t{n}") for n in range(5)))
+        assert sorted(len(w.result()) for w in waiting) == [1, 2, 2]
+
+
+class TestGoneClient:
+    def test_a_waiter_whose_client_has_gone_claims_nothing(self, live_server, operator):
+        """The client of the oldest waiting claim closes its connection; a run is then created.
+        The gone waiter is woken first, claims nothing and passes the wake on: the task goes to
+        the claimer still connected, on the first claim it ever had."""
+        gone_worker, live_worker = Worker(operator, "worker-gone"), Worker(operator, "worker-live")
+        body = b'{"limit": 1, "wait_seconds": 30}'
+        request = (b"POST /v1/dispatch/claim HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                   b"Authorization: " + gone_worker.headers["Authorization"].encode() +
+                   b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        with socket.create_connection(("127.0.0.1", live_server.port)) as raw:
+            raw.sendall(request)
+            wait_until(lambda: hub(live_server).waiting == 1, "the claim to wait")
+        (still_there,) = waiting_claims(live_server, [live_worker])  # the older one is still queued
+        ti_id = operator.create_run(task("t"))["task_instances"][0]["ti_id"]
+        (item,) = still_there.result()
+        assert item["correlation"]["ti_id"] == ti_id
+        (attempt,) = operator.attempts(ti_id)
+        assert (attempt["attempt_epoch"], attempt["execution_id"]) == (1, live_worker.execution_id)
+
+    def test_with_no_other_claimer_the_task_stays_scheduled(self, live_server, operator):
+        worker = Worker(operator)
+        with socket.create_connection(("127.0.0.1", live_server.port)) as raw:
+            body = b'{"wait_seconds": 30}'
+            raw.sendall(b"POST /v1/dispatch/claim HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                        b"Authorization: " + worker.headers["Authorization"].encode() +
+                        b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            wait_until(lambda: hub(live_server).waiting == 1, "the claim to wait")
+        operator.create_run(task("t"))
+        # The woken waiter ends its request without claiming: wait for the server's request tasks to end.
+        wait_until(lambda: not live_server.server.server_state.tasks, "the gone claim's request to end")
+        assert operator.find_ti("t")["state"] == "scheduled"
+        assert Worker(operator, "worker-2").claim_one().epoch == 1
+
+
+@pytest.fixture
+def replicas(db_url, engine, is_postgres):
+    if not is_postgres:
+        pytest.skip("replicas share a PostgreSQL database")
+    settings = app_settings(db_url)
+    with LiveServer(create_app(settings)) as one, LiveServer(create_app(settings)) as two:
+        yield one, two
+
+
+def test_waiting_claimers_on_two_replicas_receive_each_new_task_exactly_once(replicas):
+    """16 claimers, half on each replica, claim with waits until every task of four runs,
+    created one after another while they wait, is taken."""
+    one, two = replicas
+    operator = Operator(one.client())
+    workers = [Worker(operator, f"worker-{n}") for n in range(16)]
+    total, taken, lock = 4 * 10, [], threading.Lock()
+    all_taken = threading.Event()
+
+    def claimer(n: int) -> None:
+        server = replicas[n % 2]
+        with server.client(verify=False) as http:
+            while not all_taken.is_set():
+                resp = http.post("/v1/dispatch/claim", json={"limit": 2, "wait_seconds": 2},
+                                 headers=workers[n].headers)
+                for item in json_of(resp)["items"]:
+                    Attempt(http, item).report("running")
+                    with lock:
+                        taken.append(item["correlation"]["ti_id"])
+                        if len(taken) >= total:
+                            all_taken.set()
+
+    with ThreadPoolExecutor(max_workers=len(workers)) as pool:
+        futures = [pool.submit(claimer, n) for n in range(len(workers))]
+        for run in range(4):
+            wait_until(lambda: hub(one).waiting + hub(two).waiting >= 8, "claimers waiting on both replicas")
+            operator.create_run(*(task(f"t{i}") for i in range(10)), run_id=f"run-{run}")
+        all_taken.wait(timeout=120)
+        all_taken.set()
+        for future in futures:
+            future.result(timeout=60)
+    assert len(taken) == total and Counter(taken).most_common(1)[0][1] == 1
+    assert hub(one).waiting + hub(two).waiting == 0
