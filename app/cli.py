@@ -3,75 +3,90 @@
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+import traceback
+from collections.abc import Callable
 
 from sqlalchemy.pool import NullPool
 
-from app.config import get_settings, log_store_name
-
-if TYPE_CHECKING:
-    from app.config import Settings
+from app import __version__
+from app.config import Settings, get_settings, log_store_name
 
 
-def _migrate() -> str:
+def _prepare(settings: Settings, say: Callable[[str], None] = lambda _: None) -> str:
+    """The start-up checks both `serve` and `migrate` make (app/startup.py): the database URL,
+    the directories, the database answering. Answers the URL."""
+    from app import startup
+
+    engine = startup.database_engine(settings)
+    startup.check_directories(settings)
+    if engine.dialect.name != "sqlite":  # a file is opened, not reached (and not made by a refused start)
+        startup.wait_for_database(engine, settings.db_connect_timeout_seconds, say)
+    return settings.resolved_database_url
+
+
+def _migrate(settings: Settings, say: Callable[[str], None] = lambda _: None) -> str:
     from app.migrate import upgrade
 
-    settings = get_settings()
-    if settings.database_url is None:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    url = settings.resolved_database_url
+    url = _prepare(settings, say)
     upgrade(url)
     return url
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    url = _migrate()
+    from app.startup import load_settings
+
+    url = _migrate(load_settings(), lambda message: print(f"fenceline: {message}", flush=True))
     print(f"fenceline: database at {_redacted(url)} is at the latest revision")
     return 0
-
-
-# Exit statuses of `fenceline serve` (docs/operations.md).
-EXIT_SCHEMA_NOT_AT_HEAD = 5
-EXIT_WORKERS_REFUSED = 7
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.main import create_app
+    from app import logconfig, startup
 
+    settings = startup.load_settings()
+    logconfig.configure(settings.log_format, args.log_level)
+    say = logconfig.sayer(settings.log_format)
     if args.no_migrate:
-        url = get_settings().resolved_database_url
+        url = _prepare(settings, say)
         if (mismatch := _schema_mismatch(url)) is not None:
-            print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
-            return EXIT_SCHEMA_NOT_AT_HEAD
+            raise startup.StartupError(startup.SCHEMA_NOT_AT_HEAD, mismatch)
     else:
-        url = _migrate()
-    settings = get_settings()
+        url = _migrate(settings, say)
     workers, refusal = server_processes(args.workers, url, settings)
     if refusal is not None:
-        print(f"fenceline: {refusal}", file=sys.stderr, flush=True)
-        return EXIT_WORKERS_REFUSED
-    print(f"fenceline: data in {_redacted(url)}", flush=True)
-    print(
-        f"fenceline: listening on http://{args.host}:{args.port} — log in with POST /auth/token "
-        f'{{"username": "{settings.admin_username}", "password": …}} (HTTP Basic on /api/v1); '
-        "API docs at /docs",
-        flush=True,
-    )
+        raise startup.StartupError(startup.WORKERS_REFUSED, refusal)
+    sock = startup.bind(args.host, args.port)
+    # Before the application (and prometheus_client) is imported: `--workers N` processes
+    # inherit the environment it sets (app/metrics.py).
+    metrics_dir = startup.prepare_multiprocess(workers)
+    from uvicorn.supervisors import Multiprocess
+
+    from app.main import create_app
+
+    say(f"data in {_redacted(url)}")
+    say(f"listening on http://{args.host}:{args.port} — log in with POST /auth/token "
+        f'{{"username": "{settings.admin_username}", "password": …}} (HTTP Basic on /api/v1); API docs at /docs')
     if settings.admin_password is None:
-        print("fenceline: the operator password is FENCELINE_ADMIN_PASSWORD, or the one generated "
-              "and printed at this installation's first start", flush=True)
+        say("the operator password is FENCELINE_ADMIN_PASSWORD, or the one generated and printed at this "
+            "installation's first start")
     # X-Forwarded-For is believed only from FENCELINE_TRUSTED_PROXIES (app/main.py), not from
-    # whatever uvicorn trusts by default.
-    common = {"host": args.host, "port": args.port, "log_level": args.log_level, "proxy_headers": False}
-    if workers == 1:
-        uvicorn.run(create_app(settings), **common)
-    else:
-        # uvicorn's supervisor: N processes accept on the one socket, each building its app
-        # from the same environment; one of them wins the sweep (app/execution/reapers.py).
-        print(f"fenceline: {workers} server processes", flush=True)
-        uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)
+    # whatever uvicorn trusts by default. fenceline.access logs each request (app/observe.py).
+    common = {"log_level": args.log_level, "proxy_headers": False, "access_log": False,
+              "log_config": logconfig.dict_config(settings.log_format, args.log_level)}
+    try:
+        if workers == 1:
+            uvicorn.Server(uvicorn.Config(create_app(settings), **common)).run(sockets=[sock])
+        else:
+            # uvicorn's supervisor: N processes accept on the one bound socket, each building its
+            # app from the same environment; one of them wins the sweep (app/execution/reapers.py).
+            say(f"{workers} server processes")
+            config = uvicorn.Config("app.main:create_app", factory=True, workers=workers, **common)
+            Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
+        startup.remove_multiprocess_dir(metrics_dir)
     return 0
 
 
@@ -123,6 +138,19 @@ def _schema_mismatch(url: str) -> str | None:
             f"migrations end at {head}; run `fenceline migrate` (or the migration job) with this version first")
 
 
+def cmd_migrate_check(args: argparse.Namespace) -> int:
+    """`fenceline migrate --check`: change nothing; 0 at the migrations' head, 5 otherwise (what
+    the Kubernetes server Pods' init container polls while the migration Job runs)."""
+    from app.startup import SCHEMA_NOT_AT_HEAD
+
+    url = get_settings().resolved_database_url
+    if (mismatch := _schema_mismatch(url)) is not None:
+        print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
+        return SCHEMA_NOT_AT_HEAD
+    print(f"fenceline: database at {_redacted(url)} is at the latest revision", flush=True)
+    return 0
+
+
 # Exit status of `fenceline logs copy` when some streams could not be copied (docs/operations.md).
 EXIT_LOG_CONFLICTS = 6
 
@@ -131,12 +159,13 @@ def cmd_logs_copy(args: argparse.Namespace) -> int:
     from app.db import make_engine
     from app.logs import stores
     from app.logs.copy import copy_logs
+    from app.startup import SCHEMA_NOT_AT_HEAD
 
     settings = get_settings()
     url = settings.resolved_database_url
     if (mismatch := _schema_mismatch(url)) is not None:
         print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
-        return EXIT_SCHEMA_NOT_AT_HEAD
+        return SCHEMA_NOT_AT_HEAD
     engine = make_engine(url)
     try:
         source_name = args.source or stores.choose(settings)[0]
@@ -184,11 +213,13 @@ def _redacted(url: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fenceline", description="fenceline execution control plane")
+    parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="migrate the database, then serve the API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                       help="debug also prints the traceback of a start-up error")
     serve.add_argument("--workers", type=int, default=None,
                        help="server processes on the one port (default: one per core on PostgreSQL, within the "
                             "connection budget; SQLite: 1, and only 1)")
@@ -197,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.set_defaults(func=cmd_serve)
     migrate = sub.add_parser("migrate", help="upgrade the database to the latest revision")
     migrate.set_defaults(func=cmd_migrate)
+    migrate.add_argument("--check", dest="func", action="store_const", const=cmd_migrate_check,
+                         help="change nothing; exit 5 unless the schema is at the migrations' head (an init "
+                              "container waiting for the migration job)")
     logs = sub.add_parser("logs", help="attempt log stores").add_subparsers(dest="logs_command", required=True)
     copy = logs.add_parser("copy", help="copy every stored log to another store (resumable, idempotent)")
     copy.add_argument("--to", required=True, type=_store_name, help="file, database or s3://bucket/prefix")
@@ -213,7 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")
     demo.set_defaults(func=cmd_demo)
     args = parser.parse_args(argv)
-    return args.func(args)
+    from app.startup import StartupError
+
+    try:
+        return args.func(args)
+    except StartupError as exc:
+        if getattr(args, "log_level", None) == "debug":
+            traceback.print_exc()
+        print(f"fenceline: {exc}", file=sys.stderr, flush=True)
+        return exc.status
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -35,6 +36,15 @@ class Settings(BaseSettings):
     # PostgreSQL connections kept free for other clients (psql, migrations, backups): `serve`
     # refuses to start processes whose pools, overflow and listeners could use them.
     database_connections_headroom: int = Field(default=10, ge=0)
+    # At start, how long `serve` and `migrate` retry (with back-off) a database that does not
+    # answer before they give up (exit 4).
+    db_connect_timeout_seconds: float = Field(default=30.0, ge=0)
+
+    # Log lines of the server (and the worker): plain text, or one JSON object per line.
+    log_format: Literal["plain", "json"] = "plain"
+    # OpenTelemetry traces (the `fenceline[otel]` extra): on when set, or when the standard
+    # OTEL_EXPORTER_OTLP_ENDPOINT is (app/tracing.py).
+    otel: bool = False
 
     # Operator credentials. With no password configured, a fresh install generates one,
     # stores only its hash and prints it once.
@@ -51,6 +61,8 @@ class Settings(BaseSettings):
     worker_token_ttl_seconds: int = 7 * 24 * 3600
     # Launcher tokens admit and update executions, nothing else (for workers and launchers).
     launcher_token_ttl_seconds: int = 30 * 24 * 3600
+    # Metrics tokens read /metrics and nothing else (for Prometheus, from a Secret).
+    metrics_token_ttl_seconds: int = Field(default=365 * 24 * 3600, ge=60)
     attempt_token_ttl_seconds: int = 3600
     # Renewal keeps orig_iat; past this lifetime from it an attempt token is not renewed.
     max_attempt_credential_lifetime_seconds: int = 7 * 24 * 3600

@@ -9,11 +9,12 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from app import __version__, models  # noqa: F401  (registers every table)
+from app import __version__, metrics, models, tracing  # noqa: F401  (registers every table)
 from app.admin.router import router as admin_router
 from app.airflow.v1 import router as airflow_v1_router
 from app.airflow.v2 import cli_login_router, open_router
 from app.airflow.v2 import router as airflow_v2_router
+from app.apidocs import router as docs_router
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
@@ -23,9 +24,11 @@ from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
 from app.ingress import Ingress, Limits
+from app.logconfig import sayer
 from app.logs import stores
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
+from app.observe import Observe
 from app.operations import router as operations_router
 from app.orchestration.rails import next_eligible_at
 from app.orchestration.router import router as orchestration_router
@@ -51,15 +54,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         installation = bootstrap(app.state.engine, settings)
         app.state.installation = installation
+        say = sayer(settings.log_format)
         if installation.generated_password is not None:
-            # Printed once: only its hash is stored.
-            print(
-                f"fenceline: generated operator credentials (shown once): "
-                f"username {settings.admin_username!r} password {installation.generated_password!r}",
-                flush=True,
-            )
+            # Said once: only its hash is stored.
+            say(f"generated operator credentials (shown once): username {settings.admin_username!r} "
+                f"password {installation.generated_password!r}")
         if store_note is not None:
-            print(f"fenceline: {store_note}", flush=True)
+            say(store_note)
         retention = Retention.from_settings(settings, app.state.log_store)
         reaper = ReaperThread(app.state.engine, settings, retention) if settings.reaper_interval_seconds > 0 else None
         if reaper is not None:
@@ -70,12 +71,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if reaper is not None:
             reaper.stop()
         app.state.engine.dispose()
+        metrics.process_exited()
 
     app = FastAPI(
         title="fenceline",
         version=__version__,
         summary="Execution control plane: admission, attempt fencing, outcome routing, Airflow-compatible reads.",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served from packaged assets (app/apidocs.py), not a CDN
         # Operation IDs read as methods of a generated client's tag class (ExecutionApi.report):
         # the function's name; /api/v1's twins of /api/v2 routes add "_v1" (app/airflow/v1.py).
         generate_unique_id_function=lambda route: route.name,
@@ -86,6 +89,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                    max_overflow=settings.database_max_overflow,
                                    pool_timeout=settings.database_pool_timeout_seconds)
     app.state.read_engine = reading(app.state.engine)
+    metrics.watch_pool(app.state.engine)
+    app.state.metrics_registry = metrics.scrape_registry(app.state.read_engine)
     # Claims in flight at once: half the pool, the rest for every other request.
     app.state.wakeups = Hub(app.state.engine, lambda: next_due(app.state.read_engine),
                             claim_threads=max(1, settings.database_pool_size // 2))
@@ -95,10 +100,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # before the URL check
     if settings.trusted_proxies:  # outermost: the client's address, as a trusted proxy names it
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
+    app.add_middleware(Observe)  # outermost: a request's id, metrics and log line, whatever answers it
     document_errors(app)
+    if tracing.wanted(settings.otel):
+        tracing.instrument_app(app, app.state.engine)
     # The agents' routes first: routing tries routes in order, and theirs are the hot ones (no
     # path of theirs is also served by a later router, so the order decides nothing else).
-    for router in (execution_router, logs_router, operations_router, auth_router, identity_router,
+    for router in (execution_router, logs_router, operations_router, docs_router, auth_router, identity_router,
                    orchestration_router, rails_router, routing_router, admin_router, ui_router, open_router,
                    cli_login_router, airflow_v2_router, airflow_v1_router):
         app.include_router(router)

@@ -1,21 +1,94 @@
-"""Prometheus metrics (served at /metrics by app/operations.py)."""
+"""Prometheus metrics (contract 8), served at /metrics by app/operations.py; the table of them
+is in docs/operations.md.
 
-from prometheus_client import Counter
+Counters and histograms live in prometheus-client's default registry. Under `serve --workers N`
+every process writes its values to files in PROMETHEUS_MULTIPROC_DIR and the process that
+answers a scrape sums them (prometheus-client's multiprocess mode): app/startup.py
+`prepare_multiprocess` sets that up before the first process imports this module. What is read
+from the database (task instances by state) is computed at scrape time by a collector, so it
+never drifts; the pool's figures are gauges each process sets on checkout and check-in.
+"""
 
+import os
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine, event, func, select
+
+from app.startup import MULTIPROC_ENV
+
+# --- named by the contract (1.3, 3.4): unchanged -----------------------------------------------
 execution_identity_conflicts = Counter(
     "execution_identity_conflicts",
     "Refusals of execution admission, binding and seat writes, by swarm and reason.",
     ["swarm", "reason"],
 )
-
 agent_legacy_attempt_tokens = Counter(
     "agent_legacy_attempt_token",
     "Agent calls made with a claim-less (legacy) attempt token, without attempt_epoch.",
 )
+
+# --- HTTP ------------------------------------------------------------------------------------
+# Latency buckets for an API whose writes take milliseconds and whose waits take seconds.
+LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+http_requests = Counter(
+    "fenceline_http_requests",
+    "HTTP requests answered, by method, route template (`unmatched` for no route) and status.",
+    ["method", "route", "status"],
+)
+http_request_duration = Histogram(
+    "fenceline_http_request_duration_seconds",
+    "Time from a request's arrival to the end of its answer, by method, route template and status.",
+    ["method", "route", "status"], buckets=LATENCY_BUCKETS,
+)
+
+# --- execution -------------------------------------------------------------------------------
+claims = Counter("fenceline_claims", "Claim requests answered (POST /v1/dispatch/claim), work found or not.")
+claimed_task_instances = Counter("fenceline_claimed_task_instances", "Task instances handed out by claims.")
+
+def count_claim(handed_out: int) -> None:
+    claims.inc()
+    if handed_out:
+        claimed_task_instances.inc(handed_out)
+
+
+reports = Counter(
+    "fenceline_reports",
+    "Agent reports accepted by the fence, by the state or outcome reported (running, success, failed, "
+    "unexecutable, rescheduled).",
+    ["outcome"],
+)
+stale_reports = Counter(
+    "fenceline_stale_reports",
+    "Agent writes refused as stale (409 stale-report, should_terminate), by route template.",
+    ["route"],
+)
+reaper_sweep_duration = Histogram(
+    "fenceline_reaper_sweep_duration_seconds",
+    "Duration of the reaper sweeps this server ran (a sweep another replica held is not counted).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
 reaper_marks = Counter(
-    "reaper_marks",
+    "fenceline_reaper_marks",
     "In-flight attempts the reapers routed as unexecutable, by reason.",
     ["reason"],
+)
+
+# --- logs, tokens ------------------------------------------------------------------------------
+log_bytes_appended = Counter(
+    "fenceline_log_bytes_appended",
+    "Bytes of attempt-log appends the log store accepted (a resent append counts again).",
 )
 log_store_errors = Counter(
     "fenceline_log_store_errors",
@@ -28,3 +101,71 @@ tokens_without_audience = Counter(
     "Tokens minted before tokens named their issuer and audience, accepted within the grace period, by kind.",
     ["kind"],
 )
+
+# --- the database pool (per process; summed over the live processes of a multi-process server) --
+db_pool_in_use = Gauge("fenceline_db_pool_connections_in_use", "Database connections checked out of the pool.",
+                       multiprocess_mode="livesum")
+db_pool_overflow = Gauge("fenceline_db_pool_overflow_connections",
+                         "Connections open beyond the pool's size (FENCELINE_DATABASE_MAX_OVERFLOW bounds them).",
+                         multiprocess_mode="livesum")
+
+
+def watch_pool(engine: Engine) -> None:
+    """Keep the pool gauges current as connections are checked out and in."""
+    pool = engine.pool
+
+    def _update(*_: object) -> None:
+        db_pool_in_use.set(pool.checkedout())
+        db_pool_overflow.set(max(0, pool.overflow()))
+
+    event.listen(pool, "checkout", _update)
+    event.listen(pool, "checkin", _update)
+
+
+class TaskInstancesByState(Collector):
+    """fenceline_task_instances{state}: one grouped query at scrape time (every state listed,
+    zero included, so an alert on a state sees it go to zero)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        from app.orchestration import states as s
+        from app.orchestration.models import TaskInstance
+
+        with self.engine.connect() as conn:
+            counts = dict(conn.execute(select(TaskInstance.state, func.count()).group_by(TaskInstance.state)).all())
+        family = GaugeMetricFamily("fenceline_task_instances", "Task instances by state, counted at scrape time.",
+                                   labels=["state"])
+        for state in s.ALL:
+            family.add_metric([str(state)], counts.get(str(state), 0))
+        yield family
+
+
+class _Recorded(Collector):
+    """What this process (or, in multiprocess mode, every process of the server) recorded."""
+
+    def collect(self) -> Iterable[Metric]:
+        directory = os.environ.get(MULTIPROC_ENV)
+        if directory:
+            return multiprocess.MultiProcessCollector(CollectorRegistry(), path=directory).collect()
+        return REGISTRY.collect()
+
+
+def scrape_registry(read_engine: Engine) -> CollectorRegistry:
+    """The registry /metrics renders for one application: what was recorded, and what the
+    database says now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Recorded())
+    registry.register(TaskInstancesByState(read_engine))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def process_exited(pid: int | None = None) -> None:
+    """Drop an exiting process's live gauges from a multi-process server's sums."""
+    if os.environ.get(MULTIPROC_ENV):
+        multiprocess.mark_process_dead(pid or os.getpid())

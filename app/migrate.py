@@ -1,5 +1,6 @@
 """Running the Alembic chain from code (the CLI and the tests)."""
 
+from functools import cache
 from pathlib import Path
 
 from alembic import command
@@ -26,8 +27,9 @@ def downgrade(database_url: str, revision: str) -> None:
     command.downgrade(alembic_config(database_url), revision)
 
 
+@cache
 def head_revision() -> str:
-    """The revision the migrations end at."""
+    """The revision the migrations end at (read once: the migrations are part of the code)."""
     return ScriptDirectory.from_config(alembic_config("")).get_current_head()
 
 

@@ -1,14 +1,22 @@
-"""Operations endpoints: health (proving the database answers) and Prometheus metrics."""
+"""Operations endpoints (contract 8): liveness, readiness, health, and Prometheus metrics."""
 
-from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
-from app.auth.deps import OperatorOrBasicDep
+from app.auth.deps import MetricsReaderDep
 from app.deps import SessionDep
+from app.errors import AppError
+from app.logs.store import LogStoreFault
+from app.metrics import exposition
 from app.problems import problems
 
 router = APIRouter(tags=["operations"])
+log = logging.getLogger("fenceline.health")
 
 
 @router.get("/health", responses=problems(503))
@@ -18,8 +26,54 @@ def health(session: SessionDep) -> dict[str, str]:
     return {"status": "ok", "database": session.get_bind().dialect.name}
 
 
+@router.get("/health/live")
+async def health_live() -> dict[str, str]:
+    """200 while the process answers (liveness: nothing else is asked)."""
+    return {"status": "ok"}
+
+
+def readiness(state: Any) -> dict[str, str]:
+    """Each readiness check and what it found: `ok`, or why not."""
+    from alembic.runtime.migration import MigrationContext
+
+    from app.migrate import head_revision
+
+    checks: dict[str, str] = {}
+    try:
+        with state.read_engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+        checks["database"] = "ok"
+        head = head_revision()
+        checks["schema"] = "ok" if current == head else (
+            f"at revision {current or 'none'}, not at the migrations' head {head}: run `fenceline migrate`")
+    except SQLAlchemyError as exc:
+        checks["database"] = f"does not answer ({type(exc).__name__})"
+        checks["schema"] = "unknown (the database does not answer)"
+    try:
+        state.log_store.probe()
+        checks["log_store"] = "ok"
+    except (LogStoreFault, OSError) as exc:
+        checks["log_store"] = f"the {state.log_store.name} store cannot be written ({exc})"
+    return checks
+
+
+@router.get("/health/ready", responses=problems(503))
+def health_ready(request: Request) -> dict[str, Any]:
+    """200 when this replica can serve: the database answers, its schema is at the migrations'
+    head, and the log store takes a write. 503 `not-ready` naming what is not, otherwise."""
+    checks = readiness(request.app.state)
+    failed = {name: why for name, why in checks.items() if why != "ok"}
+    if failed:
+        log.warning("not ready: %s", failed)
+        raise AppError(503, "not-ready", "Not ready", "; ".join(f"{k}: {v}" for k, v in failed.items()),
+                       checks=checks)
+    return {"status": "ready", "checks": checks}
+
+
 @router.get("/metrics", response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}, **problems(401)})
-def metrics(_: OperatorOrBasicDep) -> Response:
-    """Prometheus text exposition (operator bearer token or HTTP Basic)."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}, **problems(401, 403)})
+def metrics(request: Request, _: MetricsReaderDep) -> Response:
+    """Prometheus text exposition: a metrics token (POST /v1/auth/metrics-tokens), an operator's
+    bearer token, or the operator's HTTP Basic."""
+    body, media_type = exposition(request.app.state.metrics_registry)
+    return Response(body, media_type=media_type)

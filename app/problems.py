@@ -22,7 +22,8 @@ from starlette.routing import Match
 from app.db import DatabaseFault, database_fault
 from app.errors import AppError
 from app.logs.store import LogStoreFault, LogStoreFull
-from app.metrics import log_store_errors
+from app.metrics import log_store_errors, stale_reports
+from app.observe import route_of
 from app.schemas import InvalidRequest, Problem
 
 log = logging.getLogger("fenceline")
@@ -206,6 +207,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(AppError)
     async def _app_error(request: Request, exc: AppError) -> JSONResponse:
+        if exc.type == "stale-report":
+            stale_reports.labels(route_of(request.scope)).inc()
         return render(request, exc.status, exc.type, exc.title, exc.detail, headers=exc.headers or None, **exc.extra)
 
     @app.exception_handler(StarletteHTTPException)

@@ -109,6 +109,25 @@ def test_migrate_creates_the_default_database(tmp_path):
     assert (tmp_path / "data" / "fenceline.db").stat().st_size > 0
 
 
+def test_migrate_check_changes_nothing_and_says_whether_the_schema_is_at_head(tmp_path):
+    """What the server Pods' init container polls while the migration Job runs."""
+    env = default_env(tmp_path / "data")
+
+    def check() -> subprocess.CompletedProcess:
+        return subprocess.run([*FENCELINE, "migrate", "--check"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=START_TIMEOUT)
+
+    before = check()
+    assert before.returncode == 5
+    assert "none (never migrated)" in before.stderr and head_revision() in before.stderr
+    assert not (tmp_path / "data" / "fenceline.db").exists()
+    subprocess.run([*FENCELINE, "migrate"], cwd=tmp_path, env=env, check=True, capture_output=True,
+                   timeout=START_TIMEOUT)
+    after = check()
+    assert after.returncode == 0, after.stderr
+    assert "latest revision" in after.stdout
+
+
 def _serve_no_migrate(tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*FENCELINE, "serve", "--no-migrate", "--port", str(_free_port())], cwd=tmp_path,
                           env=default_env(tmp_path / "data"), capture_output=True, text=True, timeout=START_TIMEOUT)

@@ -87,13 +87,22 @@ def require_operator_or_basic(request: Request, bearer: BearerDep, basic: BasicD
     return verified_claims(request, bearer, tokens.OPERATOR_SCOPE)["sub"]
 
 
+def require_metrics_reader(request: Request, bearer: BearerDep, basic: BasicDep) -> str:
+    """A metrics token, an operator's bearer token or the operator's HTTP Basic (/metrics)."""
+    if basic is not None and bearer is None:
+        return require_operator_or_basic(request, bearer, basic)
+    return verified_claims(request, bearer, tokens.METRICS_SCOPE, tokens.OPERATOR_SCOPE)["sub"]
+
+
 async def require_worker(request: Request, bearer: BearerDep) -> uuid.UUID:
     """A worker token from admission; answers its execution_id."""
     claims = verified_claims(request, bearer, tokens.WORKER_SCOPE)
     try:
-        return uuid.UUID(claims["sub"])
+        execution_id = uuid.UUID(claims["sub"])
     except ValueError as exc:
         raise unauthorized("The worker token names no execution.") from exc
+    request.state.log_identity = {"execution_id": execution_id}  # for the request's log line (app/observe.py)
+    return execution_id
 
 
 async def require_attempt(request: Request, bearer: BearerDep) -> tokens.AttemptClaims:
@@ -104,6 +113,8 @@ async def require_attempt(request: Request, bearer: BearerDep) -> tokens.Attempt
         attempt = tokens.attempt_claims(claims)
     except tokens.InvalidToken as exc:
         raise unauthorized(f"The token was refused: {exc}.") from exc
+    request.state.log_identity = {"ti_id": attempt.ti_id, "try_number": attempt.try_number,
+                                  "attempt_epoch": attempt.attempt_epoch, "execution_id": claims["execution_id"]}
     if not attempt.has_epoch:
         agent_legacy_attempt_tokens.inc()
         if not request.app.state.settings.accept_legacy_attempt_tokens:
@@ -114,5 +125,6 @@ async def require_attempt(request: Request, bearer: BearerDep) -> tokens.Attempt
 OperatorDep = Annotated[str, Depends(require_operator)]
 LauncherDep = Annotated[str, Depends(require_launcher)]
 OperatorOrBasicDep = Annotated[str, Depends(require_operator_or_basic)]
+MetricsReaderDep = Annotated[str, Depends(require_metrics_reader)]
 WorkerDep = Annotated[uuid.UUID, Depends(require_worker)]
 AttemptDep = Annotated[tokens.AttemptClaims, Depends(require_attempt)]

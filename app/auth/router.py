@@ -70,3 +70,16 @@ def mint_launcher_token(request: Request, operator: OperatorDep) -> LauncherToke
     ttl = request.app.state.settings.launcher_token_ttl_seconds
     token = tokens.mint_launcher(installation(request).keyring, operator, ttl_seconds=ttl)
     return LauncherTokenPublic(launcher_token=token, expires_in=ttl)
+
+
+class MetricsTokenPublic(BaseModel):
+    metrics_token: str
+    expires_in: int
+
+
+@router.post("/v1/auth/metrics-tokens", status_code=201, responses=problems(401, 403))
+def mint_metrics_token(request: Request, operator: OperatorDep) -> MetricsTokenPublic:
+    """A token for a Prometheus scraper: it reads /metrics and can do nothing else."""
+    ttl = request.app.state.settings.metrics_token_ttl_seconds
+    token = tokens.mint_metrics(installation(request).keyring, operator, ttl_seconds=ttl)
+    return MetricsTokenPublic(metrics_token=token, expires_in=ttl)

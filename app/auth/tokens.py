@@ -2,14 +2,14 @@
 imports jwt, and the only one that decides what a token claims.
 
 Kinds, by `scope`: operator (an operator's login), launcher (admits and updates executions),
-worker (one execution claims work), attempt (one attempt's agent writes) and log-cursor (a
-position in one try's log). Tokens are HS256 with a `kid` header naming the key; several keys
-may be accepted at once so that the signing key can rotate. Every token names its issuer and
-its kind's own audience (`iss`, `aud`). Verification pins the algorithm (no `alg: none`, no
-algorithm confusion), requires the standard claims, the issuer, an audience that matches the
-scope and `nbf` (with a small leeway for clocks), and checks the scope. A token minted before
-tokens named their audience is accepted for the key ring's grace period from its `iat`, and
-counted; after it, it is refused like any invalid token.
+metrics (reads /metrics, nothing else), worker (one execution claims work), attempt (one
+attempt's agent writes) and log-cursor (a position in one try's log). Tokens are HS256 with a
+`kid` header naming the key; several keys may be accepted at once so that the signing key can
+rotate. Every token names its issuer and its kind's own audience (`iss`, `aud`). Verification
+pins the algorithm (no `alg: none`, no algorithm confusion), requires the standard claims, the
+issuer, an audience that matches the scope and `nbf` (with a small leeway for clocks), and
+checks the scope. A token minted before tokens named their audience is accepted for the key
+ring's grace period from its `iat`, and counted; after it, it is refused like any invalid token.
 """
 
 import secrets
@@ -26,7 +26,7 @@ from app.metrics import tokens_without_audience
 ALGORITHM = "HS256"
 ISSUER = "fenceline"
 LEEWAY_SECONDS = 30  # clock skew between replicas and agents, for exp, nbf and iat
-OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE = "operator", "launcher", "worker"
+OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE, METRICS_SCOPE = "operator", "launcher", "worker", "metrics"
 ATTEMPT_SCOPE, CURSOR_SCOPE = "attempt", "log-cursor"
 REQUIRED_CLAIMS = ["sub", "scope", "iat", "exp", "jti"]
 SCOPED_CLAIMS = [*REQUIRED_CLAIMS, "iss", "aud", "nbf"]
@@ -38,7 +38,8 @@ def audience(scope: str) -> str:
     return f"fenceline:{scope}"
 
 
-AUDIENCES = [audience(s) for s in (OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE, ATTEMPT_SCOPE, CURSOR_SCOPE)]
+AUDIENCES = [audience(s) for s in (OPERATOR_SCOPE, LAUNCHER_SCOPE, METRICS_SCOPE, WORKER_SCOPE, ATTEMPT_SCOPE,
+                                   CURSOR_SCOPE)]
 
 
 class InvalidToken(Exception):
@@ -136,6 +137,11 @@ def mint_operator(keyring: KeyRing, username: str, *, ttl_seconds: int) -> str:
 def mint_launcher(keyring: KeyRing, operator: str, *, ttl_seconds: int) -> str:
     """A launcher token: admits and updates executions, nothing else."""
     return mint(keyring, {"sub": f"launcher:{operator}", "scope": LAUNCHER_SCOPE}, ttl_seconds=ttl_seconds)
+
+
+def mint_metrics(keyring: KeyRing, operator: str, *, ttl_seconds: int) -> str:
+    """A metrics token: reads /metrics, nothing else (a Prometheus scraper's credential)."""
+    return mint(keyring, {"sub": f"metrics:{operator}", "scope": METRICS_SCOPE}, ttl_seconds=ttl_seconds)
 
 
 def mint_worker(keyring: KeyRing, execution_id: uuid.UUID, seat: str, *, ttl_seconds: int) -> str:

@@ -13,6 +13,7 @@ process's reaper takes over at its next interval.
 import logging
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,7 +28,7 @@ from app.execution.attempts import close_attempt
 from app.execution.key import AttemptKey
 from app.identity.models import Execution
 from app.logs.retention import Retention
-from app.metrics import reaper_marks
+from app.metrics import reaper_marks, reaper_sweep_duration
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff, Outcome, apply_outcome, from_sources, lock_run, promote_eligible
@@ -115,6 +116,7 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
     """One sweep: due retries and reschedules are promoted, lost attempts marked, and with
     `retention` the logs of a few expired runs removed. None when another replica holds the
     sweep lock."""
+    started = time.perf_counter()
     now = now or utcnow()
     postgres = is_postgres(session)
     if postgres and not session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": SWEEP_LOCK_KEY}).scalar():
@@ -128,6 +130,7 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
     promote_eligible(session=session, now=now, skip_locked=postgres)
     if retention is not None and (removed := retention.sweep(session=session, now=now)):
         log.info("retention removed the logs of %d runs", removed)
+    reaper_sweep_duration.observe(time.perf_counter() - started)
     return marked
 
 

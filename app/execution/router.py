@@ -6,7 +6,7 @@ import anyio
 from fastapi import APIRouter, Request
 from sqlmodel import Session
 
-from app import wakeups
+from app import metrics, tracing, wakeups
 from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
 from app.db import utcnow
@@ -69,7 +69,7 @@ def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: lis
     to be handed the items (in a worker thread of the event loop); with whether ready work on
     `queues` was held back by a pool or a cap, when it claimed nothing and `waits`."""
     keyring, ttl = installation(request).keyring, request.app.state.settings.attempt_token_ttl_seconds
-    items = []
+    started, items = tracing.now(), []
     with Session(request.app.state.engine, expire_on_commit=False) as session:
         now = utcnow()
         for ti, run in dispatch.claim(session=session, execution_id=execution_id, limit=limit, queues=queues,
@@ -84,6 +84,9 @@ def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: lis
             return [], False  # rolled back: nobody is there to run them
         blocked = waits and not items and selection.held_back(session, queues, now)
         session.commit()
+    metrics.count_claim(len(items))
+    if started is not None:  # tracing is on
+        tracing.claimed(started, [i.correlation.trace_id for i in items], {"fenceline.execution_id": str(execution_id)})
     return items, blocked
 
 
@@ -92,6 +95,7 @@ def report(body: Report, session: SessionDep, request: Request, token: AttemptDe
     """Report `running` or the attempt's outcome (settle fence)."""
     reported = status(fence.report(session=session, key=token.key, body=body, backoff=backoff(request)))
     commit(session)
+    metrics.reports.labels(body.state).inc()
     return reported
 
 

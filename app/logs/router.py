@@ -12,6 +12,7 @@ from app.deps import SessionDep, StoreDep, commit
 from app.errors import AppError
 from app.execution.schemas import StaleReport
 from app.logs import service
+from app.metrics import log_bytes_appended
 from app.problems import problems, refusals
 from app.schemas import Problem, Strict
 
@@ -44,12 +45,14 @@ def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: R
                token: AttemptDep) -> LogAppended:
     """Append to this attempt's own log stream; idempotent under retry (same offset, same bytes)."""
     settings = request.app.state.settings
-    if len(body.content.encode()) > settings.log_max_request_bytes:
+    appended = len(body.content.encode())
+    if appended > settings.log_max_request_bytes:
         raise AppError(413, "payload-too-large", "Payload too large",
                        f"An append carries at most {settings.log_max_request_bytes} bytes.")
     size = service.append(session=session, store=store, token=token, offset=body.offset, content=body.content,
                           max_attempt_bytes=settings.log_max_attempt_bytes)
     commit(session)
+    log_bytes_appended.inc(appended)
     return LogAppended(size=size)
 
 

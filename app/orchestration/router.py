@@ -11,13 +11,17 @@ from app.deps import SessionDep
 from app.orchestration import runs
 from app.orchestration.schemas import RunCreate, RunPublic, RunsPublic, TaskInstancePublic, run_public, ti_public
 from app.problems import problems
+from app.tracing import current_trace_id
 
 router = APIRouter(prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
 
 
 @router.post("/runs", status_code=201, responses=problems(409))
 def create_run(body: RunCreate, session: SessionDep, _: OperatorDep) -> RunPublic:
-    """Create a DAG run with its tasks; tasks without upstreams are ready at once."""
+    """Create a DAG run with its tasks; tasks without upstreams are ready at once. Without a
+    `trace_id`, the run's trace is the request's (its `traceparent`'s), else a new one."""
+    if body.trace_id is None and (trace_id := current_trace_id()) is not None:
+        body = body.model_copy(update={"trace_id": trace_id})
     run, tis = runs.create_run(session=session, request=body)
     return run_public(run, tis)
 

@@ -17,11 +17,12 @@ from typing import Any
 
 from app.worker.api import Api, Backoff, GaveUp, Refused, ServerUnreachable, Stale, retrying
 from app.worker.context import Context
-from app.worker.deliver import redeliver_journal
+from app.worker.deliver import hand_back_lost, redeliver_journal
+from app.worker.kubernetes import PodSuperseded, SeatContested, admit_pod
 from app.worker.process import kill_orphans
 from app.worker.settings import WorkerSettings
-from app.worker.state import StateDir
-from app.worker.task import TaskRunner, describe
+from app.worker.state import StateDir, describe
+from app.worker.task import TaskRunner
 
 # Exit statuses of `fenceline worker`.
 EXIT_OK, EXIT_ERROR, EXIT_SEAT_TAKEN, EXIT_SUPERSEDED = 0, 1, 3, 4
@@ -80,7 +81,9 @@ class Worker:
 
     def _kill_leftovers(self) -> None:
         """Attempts a previous process of this state directory held but never settled: kill
-        what is left of them. The server re-places them once this admission supersedes it."""
+        what is left of them. Locally the server re-places them once this admission
+        supersedes that process's execution; in a Pod whose container restarted, the
+        execution stays the same, so each is reported worker_lost here (its epoch is live)."""
         for key, record in self.ctx.state.attempts().items():
             if key in self.ctx.state.journaled():
                 continue
@@ -89,6 +92,11 @@ class Worker:
             if record.get("pgid"):
                 killed = kill_orphans(record["pgid"], [f"FENCELINE_TI_ID={c['ti_id']}",
                                                        f"FENCELINE_ATTEMPT_EPOCH={c['attempt_epoch']}"])
+            if self.settings.runtime == "kubernetes":
+                self.log.info("%s: left by the previous container (%d process(es) still running, killed)",
+                              describe(c), killed)
+                hand_back_lost(self.ctx, key, record)
+                continue
             self.log.info("%s: left by the previous worker (%d process(es) still running, killed); the server "
                           "re-places it as worker_lost", describe(c), killed)
             self.ctx.state.forget_attempt(key)
@@ -108,11 +116,38 @@ class Worker:
                         "credentials (FENCELINE_ADMIN_USERNAME, FENCELINE_ADMIN_PASSWORD or --password-file)") from exc
 
     def _admit(self) -> None:
+        operator = self.settings.launcher_token or self._login()
+        if self.settings.runtime == "kubernetes":
+            self._admit_pod(operator)
+        else:
+            self._admit_local(operator)
+
+    def _admit_pod(self, operator: str) -> None:
+        """Admit this Pod, or re-attach to its execution (app/worker/kubernetes.py)."""
+        try:
+            admitted, reattached = admit_pod(self.ctx, operator, self._call)
+        except PodSuperseded as exc:
+            raise Fatal(str(exc), EXIT_SUPERSEDED) from exc
+        except SeatContested as exc:
+            raise Fatal(str(exc), EXIT_SEAT_TAKEN) from exc
+        except Refused as exc:
+            raise Fatal(f"admission refused: {exc}") from exc
+        self.worker_token, self.execution_id = admitted["worker_token"], admitted["execution_id"]
+        pod = self.settings.pod or {}
+        if reattached:
+            how = "re-attached to its own execution after a container restart"
+        else:
+            previous = admitted["previous_execution_id"]
+            how = f"superseding {previous}" if previous else "the seat's first execution"
+        self.log.info("admitted Pod %s/%s (uid %s) as seat %s: execution %s (generation %d, %s); concurrency %d",
+                      pod.get("pod_namespace"), pod.get("pod_name"), pod.get("pod_uid"), self.settings.seat,
+                      self.execution_id, admitted["generation"], how, self.settings.concurrency)
+
+    def _admit_local(self, operator: str) -> None:
         """Admit a new execution of the seat, naming the one this state directory last held.
         An admission cut short by a crash is replayed first (same Idempotency-Key), so its
         execution, not an older one, is the predecessor."""
         state, seat = self.ctx.state, self.settings.seat
-        operator = self.settings.launcher_token or self._login()
         known = state.execution
         if known and known.get("seat") != seat:
             raise Fatal(f"{state.root} belongs to seat {known.get('seat')!r}, not {seat!r}: use another --state-dir")

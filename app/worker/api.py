@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from app.worker import tracing
+
 T = TypeVar("T")
 
 
@@ -100,6 +102,8 @@ class Api:
         """One request (that the server may hold `wait` seconds); answers (status, body) for a
         2xx, else raises."""
         all_headers = {**(bearer(token) if token else {}), **(headers or {})}
+        if (trace := tracing.current.get()) is not None:  # an attempt's call: in its run's trace
+            all_headers["traceparent"] = trace
         timeout = self.http.timeout if not wait else httpx.Timeout(self.timeout + wait, connect=5.0)
         try:
             resp = self.http.request(method, path, json=json, headers=all_headers, timeout=timeout)
@@ -121,6 +125,10 @@ class Api:
     def admit(self, operator_token: str, seat: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
         return self.call("POST", f"/v1/seats/{seat}/executions", token=operator_token, json=body,
                          headers={"Idempotency-Key": idempotency_key})[1]
+
+    def seat_executions(self, launcher_token: str, seat: str) -> list[dict[str, Any]]:
+        """The seat's executions, oldest generation first."""
+        return self.call("GET", f"/v1/seats/{seat}/executions", token=launcher_token)[1]["items"]
 
     # worker and agent calls ----------------------------------------------------------------
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from app.worker.api import GaveUp, Refused, Stale, retrying
 from app.worker.context import Context
-from app.worker.logship import LogShipper
+from app.worker.logship import LogShipper, append_line
+from app.worker.state import describe
 
 
 def deliver(ctx: Context, key: str, entry: dict[str, Any], give_up: Callable[[], bool] | None = None) -> str:
@@ -53,3 +54,17 @@ def redeliver_journal(ctx: Context) -> dict[str, str]:
         ctx.log.info("%s: re-delivering journaled outcome %s", entry.get("name", key), entry["state"])
         results[key] = deliver(ctx, key, entry, give_up=ctx.stopping.is_set)
     return results
+
+
+def hand_back_lost(ctx: Context, key: str, record: dict[str, Any]) -> str:
+    """An attempt a previous process of this same execution held when it died (a restarted
+    container): its epoch is still live, so it is journaled and delivered as `unexecutable`
+    `worker_lost` — re-placed on the infra budget — with whatever of its log the spool kept
+    (re-sent from the start: the server skips the bytes it holds)."""
+    why = "the worker's container restarted while the task ran"
+    append_line(ctx.state.spool(key), f"[fenceline-worker] {why}: reporting unexecutable (worker_lost)")
+    entry = {"name": describe(record["correlation"]), "correlation": record["correlation"],
+             "attempt_token": record["attempt_token"], "state": "unexecutable", "reason": "worker_lost",
+             "why": why, "file_pos": 0, "server_size": 0}
+    ctx.state.journal(key, entry)
+    return deliver(ctx, key, entry, give_up=ctx.stopping.is_set)

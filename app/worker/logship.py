@@ -1,6 +1,7 @@
 """Shipping an attempt's spool file to the log API in chunks, each at the offset the server
 should already hold, so a retried or repeated chunk is never stored twice."""
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,3 +72,11 @@ class LogShipper:
         """Everything in the spool, the writer being gone."""
         while self.ship_once(final=True):
             pass
+
+
+def append_line(spool: Path, line: str) -> None:
+    """Add the worker's own line to the attempt's log, on a line of its own."""
+    with spool.open("a+b") as out:
+        size = out.seek(0, os.SEEK_END)
+        unterminated = size > 0 and os.pread(out.fileno(), 1, size - 1) != b"\n"
+        out.write(b"\n" * unterminated + line.encode() + b"\n")

@@ -4,6 +4,8 @@ import argparse
 import logging
 import sys
 
+from app.logconfig import formatter
+from app.worker import tracing
 from app.worker.agent import EXIT_ERROR, Worker
 from app.worker.settings import from_args
 from app.worker.state import StateDirBusy
@@ -17,10 +19,12 @@ def run_worker(args: argparse.Namespace) -> int:
         return 2
     log = logging.getLogger(f"fenceline.worker.{settings.seat}")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"%(asctime)s worker {settings.seat} %(levelname)s %(message)s"))
+    # app/logconfig.py imports only the standard library: the worker still needs nothing of the server.
+    handler.setFormatter(formatter(settings.log_format, seat=settings.seat))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
+    tracing.start()
     try:
         return Worker(settings, log).run()
     except StateDirBusy as exc:

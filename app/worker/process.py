@@ -64,15 +64,19 @@ CORRELATION_ENV = {
 }
 
 
-def task_env(payload: dict[str, Any], correlation: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
+def task_env(payload: dict[str, Any], correlation: dict[str, Any], base: dict[str, str],
+             traceparent: str | None = None) -> dict[str, str]:
     """The worker's environment without its own secrets, the correlation bag, then the
-    payload's env (which wins, except over the bag: user code must not be lied to)."""
+    payload's env (which wins, except over the bag and TRACEPARENT, the run's trace: user code
+    must not be lied to)."""
     env = {k: v for k, v in base.items() if k not in ("FENCELINE_ADMIN_PASSWORD", "FENCELINE_LAUNCHER_TOKEN")}
     env["PYTHONUNBUFFERED"] = "1"  # log lines arrive as they are printed, not when a buffer fills
     env.update(payload.get("env") or {})
     for field, name in CORRELATION_ENV.items():
         value = correlation.get(field)
         env[name] = "" if value is None else str(value)
+    if traceparent is not None:
+        env["TRACEPARENT"] = traceparent
     return env
 
 

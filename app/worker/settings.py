@@ -23,6 +23,16 @@ class WorkerSettings:
     password: str = field(repr=False)
     launcher_token: str = field(default="", repr=False)  # admits without the operator password
     queues: tuple[str, ...] = ("default",)  # the queues its claims serve
+    runtime: str = "local"
+    # The Pod this worker runs in (runtime kubernetes): pod_namespace, pod_name, pod_uid.
+    pod: dict[str, str] | None = None
+    log_format: str = "plain"
+
+
+RUNTIMES = ("local", "kubernetes")
+# The downward API's fields, as the Pod spec hands them to the worker (deploy/kubernetes/).
+POD_ENV = {"pod_namespace": "FENCELINE_POD_NAMESPACE", "pod_name": "FENCELINE_POD_NAME",
+           "pod_uid": "FENCELINE_POD_UID"}
 
 
 def _env(name: str, default: str) -> str:
@@ -30,11 +40,15 @@ def _env(name: str, default: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    host = socket.gethostname().split(".")[0] or "local"
     parser.add_argument("--server", default=_env("FENCELINE_SERVER", "http://127.0.0.1:8000"),
                         help="the fenceline server (env FENCELINE_SERVER)")
-    parser.add_argument("--seat", default=_env("FENCELINE_WORKER_SEAT", f"worker-{host}"),
-                        help="the seat this worker fills (env FENCELINE_WORKER_SEAT)")
+    parser.add_argument("--seat", default=os.environ.get("FENCELINE_WORKER_SEAT") or None,
+                        help="the seat this worker fills (env FENCELINE_WORKER_SEAT; default worker-<hostname>, "
+                             "or the Pod's name under --runtime kubernetes)")
+    parser.add_argument("--runtime", choices=RUNTIMES, default=_env("FENCELINE_WORKER_RUNTIME", "local"),
+                        help="local: a process on a host; kubernetes: a Pod of a StatefulSet, the Pod being the "
+                             "seat, identified by FENCELINE_POD_NAMESPACE, FENCELINE_POD_NAME and FENCELINE_POD_UID "
+                             "(the downward API) (env FENCELINE_WORKER_RUNTIME)")
     parser.add_argument("--swarm", default=_env("FENCELINE_WORKER_SWARM", "default"),
                         help="the seat's swarm (env FENCELINE_WORKER_SWARM)")
     parser.add_argument("--queues", default=_env("FENCELINE_WORKER_QUEUES", "default"),
@@ -55,6 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(env FENCELINE_WORKER_CLAIM_WAIT)")
     parser.add_argument("--grace-period", type=float, default=float(_env("FENCELINE_WORKER_GRACE_PERIOD", "30")),
                         help="on SIGTERM, seconds running tasks get to finish (env FENCELINE_WORKER_GRACE_PERIOD)")
+    parser.add_argument("--log-format", choices=["plain", "json"], default=_env("FENCELINE_LOG_FORMAT", "plain"),
+                        help="plain text lines, or one JSON object per line (env FENCELINE_LOG_FORMAT)")
     parser.add_argument("--username", default=_env("FENCELINE_ADMIN_USERNAME", "admin"),
                         help="operator username, to admit this worker (env FENCELINE_ADMIN_USERNAME)")
     parser.add_argument("--password-file", type=Path, default=None,
@@ -87,10 +103,26 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
         raise ValueError("--heartbeat-interval must be positive")
     if not 0 < args.claim_wait <= MAX_CLAIM_WAIT:
         raise ValueError(f"--claim-wait must be above 0 and at most {MAX_CLAIM_WAIT}")
-    state_dir = args.state_dir or Path(_env("FENCELINE_WORKER_STATE_DIR", str(Path("data") / "worker" / args.seat)))
+    seat, pod = _identity(args)
+    state_dir = args.state_dir or Path(_env("FENCELINE_WORKER_STATE_DIR", str(Path("data") / "worker" / seat)))
     return WorkerSettings(
-        server=args.server, seat=args.seat, swarm=args.swarm, concurrency=args.concurrency,
+        server=args.server, seat=seat, swarm=args.swarm, runtime=args.runtime, pod=pod, concurrency=args.concurrency,
         state_dir=state_dir, heartbeat_interval=args.heartbeat_interval, claim_wait=args.claim_wait,
         grace_period=max(0.0, args.grace_period), username=args.username, password=password,
-        launcher_token=launcher_token, queues=queues,
+        launcher_token=launcher_token, queues=queues, log_format=args.log_format,
     )
+
+
+def _identity(args: argparse.Namespace) -> tuple[str, dict[str, str] | None]:
+    """The seat, and the Pod under the kubernetes runtime, whose name is the seat."""
+    if args.runtime == "local":
+        host = socket.gethostname().split(".")[0] or "local"
+        return args.seat or f"worker-{host}", None
+    pod = {field: os.environ.get(name, "").strip() for field, name in POD_ENV.items()}
+    if missing := [POD_ENV[field] for field, value in pod.items() if not value]:
+        raise ValueError(f"--runtime kubernetes needs {', '.join(missing)} from the downward API "
+                         "(metadata.namespace, metadata.name, metadata.uid): see deploy/kubernetes/worker.yaml")
+    if args.seat and args.seat != pod["pod_name"]:
+        raise ValueError(f"under --runtime kubernetes the seat is the Pod's name ({pod['pod_name']!r}), "
+                         f"not {args.seat!r}")
+    return pod["pod_name"], pod

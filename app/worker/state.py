@@ -58,6 +58,12 @@ def attempt_key(correlation: dict[str, Any]) -> str:
     return f"{correlation['ti_id']}.t{correlation['try_number']}.e{correlation['attempt_epoch']}"
 
 
+def describe(c: dict[str, Any]) -> str:
+    """One attempt's name in the worker's log lines."""
+    mapped = f"[{c['map_index']}]" if c["map_index"] >= 0 else ""
+    return f"{c['dag_id']}/{c['run_id']}/{c['task_id']}{mapped} try {c['try_number']} epoch {c['attempt_epoch']}"
+
+
 class StateDir:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)

@@ -2,19 +2,21 @@
 
 import base64
 import json
+import logging
 import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
+from app.traceparent import w3c_trace_id
+from app.worker import tracing
 from app.worker.api import Backoff, GaveUp, Refused, ServerUnreachable, Stale, retrying
 from app.worker.context import Context
 from app.worker.deliver import deliver
-from app.worker.logship import LogShipper
+from app.worker.logship import LogShipper, append_line
 from app.worker.process import Outcome, classify, command_of, exited, signal_group, spawn, task_env
-from app.worker.state import attempt_key
+from app.worker.state import attempt_key, describe
 
 TICK = 0.2  # how often a running task is looked at: log shipping latency, stop latency
 KILL_AFTER = 3.0  # seconds between SIGTERM and SIGKILL when the worker stops a task
@@ -34,23 +36,14 @@ def renew_delay(token: str) -> float:
         return 60.0
 
 
-def append_line(spool: Path, line: str) -> None:
-    """Add the worker's own line to the attempt's log, on a line of its own."""
-    with spool.open("a+b") as out:
-        size = out.seek(0, os.SEEK_END)
-        unterminated = size > 0 and os.pread(out.fileno(), 1, size - 1) != b"\n"
-        out.write(b"\n" * unterminated + line.encode() + b"\n")
-
-
-def describe(c: dict[str, Any]) -> str:
-    mapped = f"[{c['map_index']}]" if c["map_index"] >= 0 else ""
-    return f"{c['dag_id']}/{c['run_id']}/{c['task_id']}{mapped} try {c['try_number']} epoch {c['attempt_epoch']}"
-
-
 class TaskRunner:
     def __init__(self, ctx: Context, item: dict[str, Any]) -> None:
         self.ctx = ctx
         self.correlation: dict[str, Any] = item["correlation"]
+        # The attempt's identity on each of its lines (fields of a JSON line, app/logconfig.py).
+        self.log = logging.LoggerAdapter(ctx.log, {
+            **{k: self.correlation.get(k) for k in ("ti_id", "try_number", "attempt_epoch")},
+            "trace_id": w3c_trace_id(str(self.correlation.get("trace_id") or ""))})
         self.payload: dict[str, Any] = item["payload"]
         self.key = attempt_key(self.correlation)
         self.name = describe(self.correlation)
@@ -58,6 +51,7 @@ class TaskRunner:
         self.renew_at = time.monotonic() + renew_delay(self.token)
         self.record: dict[str, Any] = {"correlation": self.correlation, "payload": self.payload,
                                        "attempt_token": self.token, "pgid": None}
+        self.traceparent: str | None = None  # the run's trace, while the attempt runs (app/worker/tracing.py)
         self.unreachable = False  # set during an outage, so it is logged once
         self.shipping = True
         # A log the server cannot take now (unreachable, or its log store full) waits in the
@@ -69,11 +63,12 @@ class TaskRunner:
     def run(self) -> None:
         self.ctx.state.save_attempt(self.key, self.record)
         try:
-            self._run()
+            with tracing.attempt(self.correlation) as self.traceparent:
+                self._run()
         except GaveUp:
             pass  # the outcome stays journaled for the next start
         except Exception:  # one task's bug must not take the worker down
-            self.ctx.log.exception("%s: worker error", self.name)
+            self.log.exception("%s: worker error", self.name)
 
     def _run(self) -> None:
         argv = command_of(self.payload)
@@ -83,7 +78,7 @@ class TaskRunner:
             return
         if not self._report_running():
             return
-        env = task_env(self.payload, self.correlation, dict(os.environ))
+        env = task_env(self.payload, self.correlation, dict(os.environ), self.traceparent)
         try:
             proc = spawn(argv, env, self.ctx.state.spool(self.key))
         except OSError as exc:  # the user's command cannot be started: its own failure
@@ -91,11 +86,11 @@ class TaskRunner:
             return
         self.record["pgid"] = proc.pid
         self.ctx.state.save_attempt(self.key, self.record)
-        self.ctx.log.info("%s: started %s (pid %d)", self.name, argv[0], proc.pid)
+        self.log.info("%s: started %s (pid %d)", self.name, argv[0], proc.pid)
         try:
             stopped_for = self._supervise(proc)
         except Lost as exc:
-            self.ctx.log.warning("%s: %s — killed its process group, reporting nothing", self.name, exc)
+            self.log.warning("%s: %s — killed its process group, reporting nothing", self.name, exc)
             self.ctx.state.forget_attempt(self.key)
             return
         finally:
@@ -112,29 +107,29 @@ class TaskRunner:
             if self.ctx.stopping.is_set():
                 raise GaveUp("stopping")
             retrying(lambda: self.ctx.api.report(self.token, "running"), what=f"{self.name}: running",
-                     give_up=self.ctx.stopping.is_set, log=self.ctx.log.info)
+                     give_up=self.ctx.stopping.is_set, log=self.log.info)
             return True
         except GaveUp:
             self._hand_back()
             return False
         except Refused as exc:
-            self.ctx.log.warning("%s: running refused (%s); not started", self.name, exc)
+            self.log.warning("%s: running refused (%s); not started", self.name, exc)
         self.ctx.state.forget_attempt(self.key)
         return False
 
     def _hand_back(self) -> None:
         try:
             self.ctx.api.release(self.token)
-            self.ctx.log.info("%s: handed back unstarted (worker stopping)", self.name)
+            self.log.info("%s: handed back unstarted (worker stopping)", self.name)
         except Refused as exc:
             if exc.type == "attempt-started":
                 # `running` landed though its answer was lost: the server counts the attempt as
                 # started, so it ends with an outcome, the infra fault it is.
                 self._finish(Outcome("unexecutable", "worker_lost", "the worker stopped before starting the command"))
                 return
-            self.ctx.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
+            self.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
         except ServerUnreachable as exc:
-            self.ctx.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
+            self.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
         self.ctx.state.forget_attempt(self.key)
 
     def _supervise(self, proc: subprocess.Popen) -> str | None:
@@ -169,7 +164,7 @@ class TaskRunner:
                 elif self.ctx.halt.is_set():
                     stopped_for = "shutdown"
                 if stopped_for:
-                    self.ctx.log.info("%s: stopping it (%s)", self.name, stopped_for)
+                    self.log.info("%s: stopping it (%s)", self.name, stopped_for)
                     signal_group(proc.pid, signal.SIGTERM)
                     signalled_at = now
             elif signalled_at is not None and now - signalled_at >= KILL_AFTER:
@@ -183,18 +178,18 @@ class TaskRunner:
             call()
             if self.unreachable:
                 self.unreachable = False
-                self.ctx.log.info("%s: server reachable again", self.name)
+                self.log.info("%s: server reachable again", self.name)
             return True
         except Stale as exc:
             raise Lost(f"{what} answered {exc.type} (should_terminate)") from exc
         except Refused as exc:
             if exc.status == 401:
                 raise Lost(f"{what}: attempt token refused ({exc})") from exc
-            self.ctx.log.warning("%s: %s refused: %s", self.name, what, exc)
+            self.log.warning("%s: %s refused: %s", self.name, what, exc)
         except ServerUnreachable as exc:
             if not self.unreachable:  # once per outage, not once per tick
                 self.unreachable = True
-                self.ctx.log.warning("%s: %s: server unreachable (%s); the task runs on, its log "
+                self.log.warning("%s: %s: server unreachable (%s); the task runs on, its log "
                                      "waits on disk and is retried with back-off", self.name, what, exc)
         return False
 
@@ -206,7 +201,7 @@ class TaskRunner:
                 raise
             # Say so once, not on every tick (a 413 past the per-attempt limit stays a 413).
             self.shipping = False
-            self.ctx.log.warning("%s: log append refused (%s); the rest of this attempt's log is not shipped",
+            self.log.warning("%s: log append refused (%s); the rest of this attempt's log is not shipped",
                                  self.name, exc)
 
     def _renew(self) -> None:
@@ -225,6 +220,6 @@ class TaskRunner:
                  "file_pos": self.shipper.file_pos, "server_size": self.shipper.server_size}
         self.ctx.state.journal(self.key, entry)
         if self.ctx.crash_after_journal:
-            self.ctx.log.warning("%s: test hook: dying after journaling %s", self.name, outcome.state)
+            self.log.warning("%s: test hook: dying after journaling %s", self.name, outcome.state)
             os.kill(os.getpid(), signal.SIGKILL)
         deliver(self.ctx, self.key, entry)

@@ -1,11 +1,12 @@
-"""Contract 6: only the health routes (/health, Airflow's /api/v2/monitor/health),
+"""Contract 6: only the health routes (/health, /health/live, /health/ready, Airflow's /api/v2/monitor/health),
 /api/v2/version (open in Airflow 3 too), /openapi.json and the docs pages answer without a
 token, and the login routes, without which nobody could get one. (The dashboard's pages, which
 redirect to its login form instead, are covered in tests/ui.)"""
 
 import re
 
-OPEN = {"/health", "/api/v2/monitor/health", "/api/v2/version", "/auth/token", "/auth/token/cli"}
+OPEN = {"/health", "/health/live", "/health/ready", "/api/v2/monitor/health", "/api/v2/version", "/auth/token",
+        "/auth/token/cli"}
 
 
 def concrete(path: str) -> str:

@@ -1,0 +1,162 @@
+"""What `fenceline serve` (and `migrate`) checks before it serves, and the exit status of each
+refusal (docs/operations.md): one line naming the setting, no traceback.
+
+2 a bad setting or a malformed database URL; 3 the port in use; 4 the database unreachable
+after retrying with back-off for FENCELINE_DB_CONNECT_TIMEOUT_SECONDS; 5 the schema not at the
+migrations' head under --no-migrate; 6 an unwritable data or log directory; 7 --workers refused
+(more than one on SQLite, or past the connection budget).
+"""
+
+import errno
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+from app.config import Settings
+
+BAD_SETTING, PORT_IN_USE, DATABASE_UNREACHABLE, SCHEMA_NOT_AT_HEAD, UNWRITABLE_DIRECTORY = 2, 3, 4, 5, 6
+WORKERS_REFUSED = 7  # --workers on SQLite, or past the database's connection budget
+# SQLSTATEs no retry can fix: wrong password or role, no such database.
+_NOT_RETRIED = {"28P01", "28000", "3D000"}
+
+
+class StartupError(Exception):
+    """A refusal to start: `status` is the exit status, the message the one line to print."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _setting(field: str) -> str:
+    return field if field.isupper() else f"FENCELINE_{field.upper()}"
+
+
+def load_settings() -> Settings:
+    """The settings, or StartupError(2) naming the first bad one."""
+    from app.config import get_settings
+
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        name = _setting(".".join(str(p) for p in error["loc"][:1]))
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise StartupError(BAD_SETTING, f"{name}={str(error.get('input'))[:80]!r} is not valid: "
+                                        f"{error['msg']}{more}") from exc
+
+
+def redacted(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def database_engine(settings: Settings) -> Engine:
+    """An engine for the configured URL (nothing connects yet), or StartupError(2) when the URL is
+    malformed or names a driver that is not installed."""
+    url = settings.resolved_database_url
+    try:
+        return create_engine(url)
+    except (ArgumentError, ValueError, NoSuchModuleError, ImportError) as exc:
+        raise StartupError(BAD_SETTING, f"FENCELINE_DATABASE_URL is not a database URL fenceline can use "
+                                        f"({type(exc).__name__}: {exc}); for example "
+                                        "postgresql://user:password@host:5432/fenceline") from exc
+
+
+def _writable(directory: Path, setting: str) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise StartupError(UNWRITABLE_DIRECTORY, f"{setting}: cannot write to {directory} "
+                                                 f"({exc.strerror or exc})") from exc
+
+
+def check_directories(settings: Settings) -> None:
+    """The data directory (for the SQLite file) and the file log store's directory are
+    writable, or StartupError(6)."""
+    from app.logs import stores
+
+    url = make_url(settings.resolved_database_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        setting = "FENCELINE_DATA_DIR" if settings.database_url is None else "FENCELINE_DATABASE_URL"
+        _writable(Path(url.database).parent, setting)
+    if stores.choose(settings)[0] == "file":
+        _writable(settings.resolved_log_dir, "FENCELINE_LOG_DIR" if settings.log_dir else "FENCELINE_DATA_DIR")
+
+
+def wait_for_database(engine: Engine, timeout_seconds: float, say=lambda _: None) -> None:
+    """Until the database answers, retrying with back-off (0.25 s doubling to 5 s) for at most
+    `timeout_seconds`; StartupError(4) then, or at once for a refusal no retry can fix."""
+    deadline, delay = time.monotonic() + timeout_seconds, 0.25
+    where = redacted(engine.url.render_as_string(hide_password=False))
+    while True:
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return
+        except DBAPIError as exc:
+            why = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+            if getattr(exc.orig, "sqlstate", None) in _NOT_RETRIED:
+                raise StartupError(DATABASE_UNREACHABLE, f"FENCELINE_DATABASE_URL: the database at {where} "
+                                                         f"refused the connection: {why}") from exc
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StartupError(DATABASE_UNREACHABLE, (
+                    f"FENCELINE_DATABASE_URL: the database at {where} did not answer within {timeout_seconds:g}s "
+                    f"(FENCELINE_DB_CONNECT_TIMEOUT_SECONDS): {why}")) from exc
+            say(f"the database at {where} does not answer ({why}); retrying")
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 5.0)
+        finally:
+            engine.dispose()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything says the server listens; StartupError(3)
+    when the address is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        what = "is in use by another process" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror})"
+        raise StartupError(PORT_IN_USE, f"--port: {host}:{port} {what}") from exc
+    sock.set_inheritable(True)
+    os.set_inheritable(sock.fileno(), True)
+    return sock
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def prepare_multiprocess(n_workers: int) -> Path | None:
+    """Set up prometheus-client's multiprocess mode (app/metrics.py) for a server of
+    `n_workers` processes. Call it before anything imports app.metrics (or prometheus_client):
+    the values are files from the first metric on, and worker processes inherit the
+    environment. With PROMETHEUS_MULTIPROC_DIR already set (an operator's emptyDir, one per
+    server) it is used as it is; else one process needs nothing, and several get a fresh
+    directory of their own. Answers the directory, if any."""
+    if directory := os.environ.get(MULTIPROC_ENV):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        return Path(directory)
+    if n_workers <= 1:
+        return None
+    directory = tempfile.mkdtemp(prefix="fenceline-metrics-")
+    os.environ[MULTIPROC_ENV] = directory
+    return Path(directory)
+
+
+def remove_multiprocess_dir(directory: Path | None) -> None:
+    """Remove the directory prepare_multiprocess made (the server is done); an operator's stays."""
+    if directory is not None and directory.name.startswith("fenceline-metrics-"):
+        shutil.rmtree(directory, ignore_errors=True)

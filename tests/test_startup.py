@@ -1,0 +1,135 @@
+"""`fenceline serve` refusing to start (contract 8): one clear line naming the setting, its own
+exit status, no traceback (unless --log-level debug), and no banner before the port is bound.
+The real command, as a child process."""
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import make_url
+
+from app import __version__
+from tests.conftest import _free_port
+from tests.tcp_proxy import TcpProxy
+from tests.test_cli import FENCELINE, START_TIMEOUT, Server, default_env
+
+
+def serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*FENCELINE, "serve", "--port", str(_free_port()), *args], cwd=tmp_path,
+                          env={**default_env(tmp_path / "data"), **env}, capture_output=True, text=True,
+                          timeout=START_TIMEOUT)
+
+
+def refused(done: subprocess.CompletedProcess, status: int, *named: str) -> str:
+    """The one line a refusal prints on stderr, with `status`, naming each of `named`."""
+    assert done.returncode == status, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("fenceline: ") and "Traceback" not in done.stderr
+    for text in named:
+        assert text in line, line
+    assert "listening on" not in done.stdout + done.stderr
+    return line
+
+
+def test_version():
+    done = subprocess.run([*FENCELINE, "--version"], capture_output=True, text=True, timeout=START_TIMEOUT)
+    assert done.returncode == 0 and done.stdout.strip() == f"fenceline {__version__}"
+
+
+class TestBadSetting:
+    def test_a_bad_value_is_status_2_naming_the_setting(self, tmp_path):
+        refused(serve(tmp_path, FENCELINE_DATABASE_POOL_SIZE="zero"), 2, "FENCELINE_DATABASE_POOL_SIZE", "'zero'")
+
+    def test_an_unknown_log_format_is_status_2(self, tmp_path):
+        refused(serve(tmp_path, FENCELINE_LOG_FORMAT="xml"), 2, "FENCELINE_LOG_FORMAT")
+
+    @pytest.mark.parametrize("url", ["not a url", "postgresql://user@host:port/db", "nosuchdriver://x/y"])
+    def test_a_malformed_database_url_is_status_2(self, tmp_path, url):
+        refused(serve(tmp_path, FENCELINE_DATABASE_URL=url), 2, "FENCELINE_DATABASE_URL")
+
+    def test_debug_shows_the_traceback_too(self, tmp_path):
+        done = serve(tmp_path, "--log-level", "debug", FENCELINE_DATABASE_URL="not a url")
+        assert done.returncode == 2 and "Traceback" in done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("fenceline: FENCELINE_DATABASE_URL")
+
+
+def test_a_port_in_use_is_status_3_and_no_banner(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run([*FENCELINE, "serve", "--port", str(port)], cwd=tmp_path,
+                              env=default_env(tmp_path / "data"), capture_output=True, text=True,
+                              timeout=START_TIMEOUT)
+    refused(done, 3, f"127.0.0.1:{port}", "in use")
+
+
+class TestDatabaseUnreachable:
+    def test_status_4_after_retrying_until_the_timeout(self, tmp_path):
+        with socket.create_server(("127.0.0.1", 0)) as closed:
+            port = closed.getsockname()[1]
+        done = serve(tmp_path, FENCELINE_DATABASE_URL=f"postgresql://fenceline:secret@127.0.0.1:{port}/fenceline",
+                     FENCELINE_DB_CONNECT_TIMEOUT_SECONDS="1.5")
+        line = refused(done, 4, "FENCELINE_DATABASE_URL", "FENCELINE_DB_CONNECT_TIMEOUT_SECONDS", "1.5s")
+        assert "secret" not in done.stdout + done.stderr and "***" in line
+        assert "retrying" in done.stdout  # it did wait for it
+
+    def test_a_database_that_comes_up_during_the_back_off_is_served(self, tmp_path, pg_database):
+        url = make_url(pg_database)
+        with TcpProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
+            proxy.cut()
+            env = {**default_env(tmp_path / "data"), "FENCELINE_DB_CONNECT_TIMEOUT_SECONDS": "120",
+                   "FENCELINE_DATABASE_URL": url.set(host="127.0.0.1", port=proxy.port).render_as_string(False)}
+            server = Server(tmp_path, env)
+            try:
+                deadline = time.monotonic() + START_TIMEOUT
+                while "retrying" not in server.output:
+                    assert server.process.poll() is None and time.monotonic() < deadline, server.output
+                    time.sleep(0.05)
+                assert "listening on" not in server.output
+                proxy.restore()
+                assert server.wait_healthy().status_code == 200
+            finally:
+                server.stop()
+
+
+def test_a_schema_not_at_head_under_no_migrate_is_status_5(tmp_path):
+    refused(serve(tmp_path, "--no-migrate"), 5, "fenceline migrate")
+
+
+class TestUnwritableDirectory:
+    def test_the_data_directory_is_status_6(self, tmp_path):
+        (tmp_path / "a-file").write_text("")
+        refused(serve(tmp_path, FENCELINE_DATA_DIR=str(tmp_path / "a-file" / "data")), 6, "FENCELINE_DATA_DIR")
+
+    def test_the_log_directory_is_status_6(self, tmp_path):
+        (tmp_path / "a-file").write_text("")
+        refused(serve(tmp_path, FENCELINE_LOG_DIR=str(tmp_path / "a-file" / "logs")), 6, "FENCELINE_LOG_DIR")
+
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+class TestJsonLogs:
+    def test_every_line_is_a_json_object_and_each_request_has_its_line(self, tmp_path):
+        env = {**default_env(tmp_path / "data"), "FENCELINE_LOG_FORMAT": "json", "FENCELINE_ADMIN_PASSWORD": "pw"}
+        server = Server(tmp_path, env)
+        try:
+            server.wait_healthy()
+            headers = {"X-Request-ID": "req-42", "traceparent": f"00-{TRACE}-b7ad6b7169203331-01"}
+            resp = httpx.get(f"{server.url}/v1/runs/d/r", headers=headers)
+            assert resp.status_code == 401 and resp.headers["x-request-id"] == "req-42"
+            deadline = time.monotonic() + START_TIMEOUT
+            while "req-42" not in server.output and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            server.stop()
+        lines = [json.loads(line) for line in server.output.splitlines() if line.strip()]
+        assert all({"timestamp", "level", "logger", "message"} <= line.keys() for line in lines)
+        assert any("listening on" in line["message"] for line in lines)
+        (request,) = [line for line in lines if line.get("request_id") == "req-42"]
+        assert request["route"] == "/v1/runs/{dag_id}/{run_id}" and request["path"] == "/v1/runs/d/r"
+        assert request["status"] == 401 and request["method"] == "GET" and request["duration_ms"] > 0
+        assert request["trace_id"] == TRACE

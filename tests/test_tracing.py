@@ -1,0 +1,102 @@
+"""OpenTelemetry traces (contract 8), caught by the SDK's in-memory span exporter: requests and
+database calls are spans, an incoming traceparent is continued, and a run's trace_id is the
+trace of its tasks' claims and reports."""
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from app.traceparent import traceparent, w3c_trace_id
+from tests.api import Operator, Worker, task
+
+EXPORTER = InMemorySpanExporter()
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _provider() -> None:
+    """The process's tracer provider (set once per process, as OpenTelemetry allows)."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        trace.set_tracer_provider(provider)
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    EXPORTER.clear()
+    yield EXPORTER
+    EXPORTER.clear()
+
+
+@pytest.fixture
+def operator(make_client) -> Operator:
+    return Operator(make_client(otel=True))
+
+
+def trace_of(span: ReadableSpan) -> str:
+    return format(span.context.trace_id, "032x")
+
+
+def server_spans(spans: InMemorySpanExporter, route: str) -> list[ReadableSpan]:
+    return [s for s in spans.get_finished_spans()
+            if s.kind == trace.SpanKind.SERVER and s.attributes.get("http.route") == route]
+
+
+class TestRequests:
+    def test_an_incoming_traceparent_is_continued(self, operator, spans):
+        operator.get("/v1/runs", headers={"traceparent": f"00-{TRACE}-{PARENT}-01"})
+        (span,) = server_spans(spans, "/v1/runs")
+        assert trace_of(span) == TRACE and format(span.parent.span_id, "016x") == PARENT
+
+    def test_database_calls_are_spans_of_the_request(self, operator, spans):
+        operator.get("/v1/runs", headers={"traceparent": f"00-{TRACE}-{PARENT}-01"})
+        database = [s for s in spans.get_finished_spans() if s.attributes.get("db.system") or
+                    s.attributes.get("db.system.name")]
+        assert database and all(trace_of(s) == TRACE for s in database)
+
+    def test_a_run_created_in_a_trace_takes_it_as_its_trace_id(self, operator):
+        body = {"dag_id": "dag", "run_id": "run", "tasks": [task("t")]}
+        run = operator.post("/v1/runs", json=body, headers={"traceparent": f"00-{TRACE}-{PARENT}-01"}).json()
+        assert run["trace_id"] == TRACE
+
+
+class TestRunTrace:
+    def test_claim_and_report_spans_are_in_the_runs_trace(self, operator, spans):
+        run = operator.create_run()
+        attempt = Worker(operator).claim_one()
+        (claim,) = [s for s in spans.get_finished_spans() if s.name == "fenceline.claim"]
+        assert trace_of(claim) == run["trace_id"]
+        (request,) = server_spans(spans, "/v1/dispatch/claim")
+        assert [link.context.span_id for link in claim.links] == [request.context.span_id]
+        # An agent reports with the run's traceparent (the reference worker does: app/worker/tracing.py).
+        header = {"traceparent": traceparent(w3c_trace_id(attempt.item["correlation"]["trace_id"]))}
+        attempt.client.post("/v1/attempts/report", json={"state": "running"}, headers={**attempt.headers, **header})
+        (report,) = server_spans(spans, "/v1/attempts/report")
+        assert trace_of(report) == run["trace_id"]
+
+    def test_a_run_trace_id_not_in_w3c_form_maps_to_one_trace(self, operator, spans):
+        body = {"dag_id": "dag", "run_id": "run", "tasks": [task("t")], "trace_id": "order-1234"}
+        assert operator.post("/v1/runs", json=body).status_code == 201
+        Worker(operator).claim_one()
+        (claim,) = [s for s in spans.get_finished_spans() if s.name == "fenceline.claim"]
+        assert trace_of(claim) == w3c_trace_id("order-1234")
+
+    def test_a_claim_of_several_runs_links_each_runs_trace(self, operator, spans):
+        traces = [operator.create_run(run_id=f"r{n}")["trace_id"] for n in range(3)]
+        assert len(Worker(operator).claim(10)) == 3
+        (claim,) = [s for s in spans.get_finished_spans() if s.name == "fenceline.claim"]
+        (request,) = server_spans(spans, "/v1/dispatch/claim")
+        assert trace_of(claim) == trace_of(request)
+        linked = {format(link.context.trace_id, "032x") for link in claim.links}
+        assert linked == {*traces, trace_of(request)}
+        assert claim.attributes["fenceline.claim.runs"] == 3
+
+    def test_an_empty_claim_makes_no_claim_span(self, operator, spans):
+        Worker(operator).claim(10)
+        assert not [s for s in spans.get_finished_spans() if s.name == "fenceline.claim"]

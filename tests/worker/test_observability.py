@@ -1,0 +1,56 @@
+"""The worker's side of contract 8: its JSON log lines, and a run's trace reaching its task
+(TRACEPARENT) and the server (its calls' traceparent)."""
+
+import json
+
+from opentelemetry import trace
+
+from app.traceparent import w3c_trace_id
+from tests.api import Operator
+from tests.test_tracing import EXPORTER, TRACE
+from tests.test_tracing import _provider as provider  # noqa: F401  (the in-memory exporter)
+from tests.worker.conftest import python_task, wait_until
+
+PRINTS_TRACEPARENT = "import os; print('traceparent', os.environ['TRACEPARENT'])"
+
+
+class TestTrace:
+    def test_the_task_gets_the_runs_trace_and_the_reports_continue_it(self, serve, workers):
+        server = serve(otel=True)
+        operator = Operator(server.client())
+        body = {"dag_id": "dag", "run_id": "run", "tasks": [python_task("w3c", PRINTS_TRACEPARENT),
+                                                             python_task("own", PRINTS_TRACEPARENT)]}
+        EXPORTER.clear()
+        assert operator.post("/v1/runs", json={**body, "trace_id": TRACE}).status_code == 201
+        body["run_id"] = "mine"
+        assert operator.post("/v1/runs", json={**body, "trace_id": "order-1234"}).status_code == 201
+        worker = workers(server, "etl-a")
+        wait_until(lambda: operator.run()["state"] == "success" and operator.run("dag", "mine")["state"] == "success",
+                   "both runs to succeed")
+        assert worker.stop() == 0
+        for run_id, expected in (("run", TRACE), ("mine", w3c_trace_id("order-1234"))):
+            ti = operator.find_ti("w3c", run_id=run_id)
+            (line,) = [line for line in operator.log(ti["ti_id"]).splitlines() if line.startswith("traceparent")]
+            assert line.split()[1].startswith(f"00-{expected}-") and line.endswith("-01")
+            reports = [s for s in EXPORTER.get_finished_spans() if s.kind == trace.SpanKind.SERVER
+                       and s.attributes.get("http.route") == "/v1/attempts/report"
+                       and format(s.context.trace_id, "032x") == expected]
+            assert len(reports) >= 4  # running and success, of two tasks
+
+
+class TestJsonLogs:
+    def test_every_line_of_the_worker_is_a_json_object_naming_its_seat(self, serve, workers):
+        server = serve()
+        operator = Operator(server.client())
+        run = operator.create_run(python_task("t", "print('hello')"))
+        worker = workers(server, "etl-a", extra_env={"FENCELINE_LOG_FORMAT": "json"})
+        wait_until(lambda: operator.run()["state"] == "success", "the run to succeed")
+        assert worker.stop() == 0
+        lines = [json.loads(line) for line in worker.output.splitlines() if line.strip()]
+        assert lines and all({"timestamp", "level", "message"} <= line.keys() for line in lines)
+        assert all(line["seat"] == "etl-a" for line in lines)
+        assert any(line["message"].startswith("admitted seat etl-a") for line in lines)
+        (started,) = [line for line in lines if " started " in line["message"]]
+        ti = run["task_instances"][0]
+        assert (started["ti_id"], started["try_number"], started["attempt_epoch"]) == (ti["ti_id"], 1, 1)
+        assert started["trace_id"] == w3c_trace_id(run["trace_id"])
