@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Server, percentile, table  # noqa: E402
+from bench.common import Server, admit, percentile, table  # noqa: E402
 
 DAG = "bench"
 CHUNK = 512 * 1024
@@ -26,9 +26,7 @@ def build(client, operator) -> None:
         {"task_id": "tries", "payload": {"command": ["true"]}, "retries": 19, "retry_delay": 0,
          "max_infra_attempts": 2},
         {"task_id": "big", "payload": {"command": ["true"]}, "upstream": ["tries"]}]}).raise_for_status()
-    seat = client.post("/v1/seats/bench-worker/executions", headers=operator,
-                       json={"swarm": "bench", "runtime_backend": "local"}).json()
-    worker = {"Authorization": f"Bearer {seat['worker_token']}"}
+    worker = admit(client, operator, "bench-worker")
     for n in range(20):
         for outcome in ({"state": "unexecutable", "reason": "evicted"},
                         {"state": "unexecutable", "reason": "node_lost"},

@@ -141,6 +141,15 @@ class Server:
         return {"Authorization": f"Bearer {resp.json()['access_token']}"}
 
 
+
+def admit(client: httpx.Client, operator: dict[str, str], seat: str) -> dict[str, str]:
+    """The headers of a worker admitted to `seat` (its worker token)."""
+    resp = client.post(f"/v1/seats/{seat}/executions", headers=operator,
+                       json={"swarm": "bench", "runtime_backend": "local"})
+    resp.raise_for_status()
+    return {"Authorization": f"Bearer {resp.json()['worker_token']}"}
+
+
 def concurrent_rate(count: int, seconds: float, work: Callable[[int, float, list[float]], None]) -> list[object]:
     """Run `work(n, deadline, samples)` on `count` threads released together by a barrier, each
     appending one latency per operation until the deadline; answers the row

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ADMIN_PASSWORD, Server, percentile, table  # noqa: E402
+from bench.common import ADMIN_PASSWORD, Server, admit, percentile, table  # noqa: E402
 
 LAYERS, WIDTH = 10, 20  # 200 task instances
 MAPPED_LAYER = 4
@@ -41,12 +41,7 @@ def make_run(client, operator: dict[str, str]) -> int:
     """The run, driven to its end by WORKERS admitted executions; answers how many epochs it took."""
     client.post("/v1/runs", headers=operator, json={"dag_id": "bench", "run_id": "wide", "tasks": tasks()}
                 ).raise_for_status()
-    workers = []
-    for n in range(WORKERS):
-        resp = client.post(f"/v1/seats/bench-{n}/executions", headers=operator,
-                           json={"swarm": "bench", "runtime_backend": "local"})
-        resp.raise_for_status()
-        workers.append({"Authorization": f"Bearer {resp.json()['worker_token']}"})
+    workers = [admit(client, operator, f"bench-{n}") for n in range(WORKERS)]
     epochs, idle, rounds = 0, 0, 0
     while idle < WORKERS:  # until every worker found nothing to claim
         worker, rounds = workers[rounds % WORKERS], rounds + 1

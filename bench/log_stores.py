@@ -17,7 +17,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Server, free_port, table  # noqa: E402
+from bench.common import Server, admit, free_port, table  # noqa: E402
 
 APPEND = 1024 * 1024
 MB = 1024 * 1024
@@ -49,10 +49,8 @@ def fill(client: httpx.Client, operator: dict[str, str], megabytes: int) -> tupl
     """A finished attempt whose log holds `megabytes` MB; answers its ti_id and the append MB/s."""
     client.post("/v1/runs", headers=operator, json={"dag_id": "bench", "run_id": "r", "tasks": [
         {"task_id": "big", "payload": {"command": ["true"]}}]}).raise_for_status()
-    seat = client.post("/v1/seats/bench/executions", headers=operator,
-                       json={"swarm": "bench", "runtime_backend": "local"}).json()
     item = client.post("/v1/dispatch/claim", json={"limit": 1},
-                       headers={"Authorization": f"Bearer {seat['worker_token']}"}).json()["items"][0]
+                       headers=admit(client, operator, "bench")).json()["items"][0]
     attempt = {"Authorization": f"Bearer {item['attempt_token']}"}
     client.post("/v1/attempts/report", json={"state": "running"}, headers=attempt).raise_for_status()
     line = "x" * 99 + "\n"

@@ -18,7 +18,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Server, concurrent_rate, table  # noqa: E402
+from bench.common import Server, admit, concurrent_rate, table  # noqa: E402
 
 TASKS_PER_RUN = 100
 TENANTS = ["alpha", "beta", "gamma", None]
@@ -78,12 +78,7 @@ def run(backend: str, scenario: str, seconds: float, agents: int, tasks: int) ->
     with Server(backend) as server, server.client() as client:
         operator = server.operator(client)
         queues = prepare(client, operator, scenario, tasks)
-        workers = []
-        for n in range(agents):
-            resp = client.post(f"/v1/seats/bench-{n}/executions", headers=operator,
-                               json={"swarm": "bench", "runtime_backend": "local"})
-            resp.raise_for_status()
-            workers.append({"Authorization": f"Bearer {resp.json()['worker_token']}"})
+        workers = [admit(client, operator, f"bench-{n}") for n in range(agents)]
         before, db_before = cpu_seconds(server.process.pid), database_cpu(server)
         row = concurrent_rate(agents, seconds,
                               lambda n, deadline, samples: agent(server, workers[n], queues, deadline, samples))
