@@ -55,8 +55,7 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
         return []
     # The choice first, then the update by primary key: as one statement the planner may drive
     # the update from every ready row (a nested loop over the choice) before it knows better.
-    chosen = list(session.execute(selection.claimable(routes.capped), selection.params(queues, now, routes, limit))
-                  .scalars())
+    chosen = selection.choose(session, routes, queues, now, limit)
     if not chosen:
         return []
     claimed = session.execute(

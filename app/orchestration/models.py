@@ -4,10 +4,23 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, ForeignKey, Index, UniqueConstraint
+from sqlalchemy import Column, ForeignKey, Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 from app.db import JSONType, UTCDateTime, utcnow
+from app.orchestration import states as s
+
+# The states the claim's two partial indexes hold (app/routing/selection.py names them as
+# literals, as a query must for a database to use a partial index).
+TI_READY_STATE = s.SCHEDULED.value
+TI_IN_FLIGHT_STATES = tuple(state.value for state in s.IN_FLIGHT)
+
+
+def _partial(*states: str) -> dict[str, Any]:
+    """A partial index's predicate on both databases: the task instances in `states`."""
+    where = text(f"state = '{states[0]}'" if len(states) == 1 else
+                 "state IN (" + ", ".join(f"'{state}'" for state in states) + ")")
+    return {"postgresql_where": where, "sqlite_where": where}
 
 
 def _ts() -> Any:
@@ -39,8 +52,12 @@ class TaskInstance(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id", "task_id", "map_index"),
         Index("ix_task_instances_state_next_eligible_at", "state", "next_eligible_at"),
-        # The claim's: ready work per queue and pool, and the slots in flight per pool.
-        Index("ix_task_instances_state_queue_pool", "state", "queue", "pool"),
+        # The claim's: ready work by group (queue, pool, tenant) in claim order (priority, then
+        # age), and the slots in flight per pool. Partial, so that a rail's UPDATE writes to
+        # them only when its row enters one of their states.
+        Index("ix_task_instances_ready", "queue", "pool", text("coalesce(tenant_id, '')"),
+              text("priority_weight DESC"), "updated_at", "id", **_partial(TI_READY_STATE)),
+        Index("ix_task_instances_in_flight", "pool", **_partial(*TI_IN_FLIGHT_STATES)),
         # Readiness after a success reads a run's waiting rows (rails.ready_downstream).
         Index("ix_task_instances_dag_run_id_state", "dag_run_id", "state"),
     )

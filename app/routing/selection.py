@@ -13,15 +13,18 @@ Rules (docs/behaviour.md, "Routing"):
 
 Race-free by construction: nothing is kept as a counter. The claim first locks (PostgreSQL:
 SELECT … FOR UPDATE, in name order) every pool holding ready work on its queues and, when any
-tenant has a cap, every capped tenant; the statement that then counts what is in flight and
-chooses starts after the locks are held, so it sees every claim committed before it, and
+tenant has a cap, every capped tenant; the statements that then count what is in flight and
+choose start after the locks are held, so they see every claim committed before them, and
 claims that may fill the same pool or capped tenant choose one after the other (SQLite runs
 one writer at a time). Only the claim moves a task instance into flight; every rail out of
 flight only frees room.
 
-Cost: one small indexed statement for the locks (two when caps exist), one for the turns, and
-the claim's own statement, whose selection is a top-N sort of the ready work on the claim's
-queues (as a plain claim's is) and window functions over at most `limit` rows.
+Cost: at the speed of the index, not of the backlog. Ready work falls into groups, one per
+(queue, pool, tenant), and inside a group the claim order is the order of the ready index
+(`ix_task_instances_ready`: priority, then age). The choice walks the groups (a loose index
+scan: one probe per group), takes each group's first task that fits, and ranks those: a claim
+of one task is that one statement, whatever the backlog. A claim of n > 1 then reads the first
+n of the best n groups (the n best tasks are among them) and cuts them to what fits together.
 """
 
 from collections.abc import Iterable, Sequence
@@ -30,16 +33,44 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, Select, and_, bindparam, exists, func, nulls_first, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Row,
+    Select,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    literal_column,
+    nulls_first,
+    or_,
+    select,
+    union_all,
+)
 from sqlmodel import Session
 
 from app.db import UTCDateTime, is_postgres, upsert
-from app.orchestration import states as s
-from app.orchestration.models import TaskInstance
-from app.orchestration.rails import from_sources
+from app.orchestration.models import TI_IN_FLIGHT_STATES, TI_READY_STATE, TaskInstance
 from app.routing.models import NO_TENANT, Pool, Tenant
 
-TENANT = func.coalesce(TaskInstance.tenant_id, NO_TENANT)
+TI = TaskInstance.__table__
+
+
+def tenant_of(ti: Any) -> ColumnElement[str]:
+    """A task instance's tenant key, written as the ready index has it (runs without a tenant: '')."""
+    return func.coalesce(ti.c.tenant_id, literal_column(repr(NO_TENANT)))
+
+
+def is_ready(ti: Any) -> ColumnElement[bool]:
+    """The ready index's predicate, as literals: both databases use a partial index only for a
+    query that names its predicate's values."""
+    return ti.c.state == literal(TI_READY_STATE, literal_execute=True)
+
+
+def is_in_flight(ti: Any) -> ColumnElement[bool]:
+    return ti.c.state.in_([literal(state, literal_execute=True) for state in TI_IN_FLIGHT_STATES])
 
 
 @dataclass(frozen=True)
@@ -51,29 +82,37 @@ class Routes:
     capped: bool
 
 
-# The statements below are built once, with these parameters, and run with `params(...)`:
-# building and hashing a statement of this size on every claim costs more than running it.
+# The statements below are built once per shape, with these parameters, and run with
+# `params(...)`: building and hashing a statement of this size on every claim costs more
+# than running it.
 QUEUES, POOLS = bindparam("claim_queues", expanding=True), bindparam("claim_pools", expanding=True)
 NOW, LIMIT = bindparam("claim_now", type_=UTCDateTime()), bindparam("claim_limit", type_=Integer())
 
 
 def params(queues: Sequence[str], now: datetime, routes: Routes | None = None, limit: int = 0) -> dict[str, Any]:
     """The values of the statements' parameters for one claim."""
-    return {"claim_queues": list(queues), "claim_now": now, "claim_pools": routes.pools if routes else [],
-            "claim_limit": limit}
+    values = {"claim_queues": list(queues), "claim_now": now, "claim_pools": routes.pools if routes else [],
+              "claim_limit": limit}
+    values.update({f"claim_queue_{n}": queue for n, queue in enumerate(queues)})
+    return values
 
 
-def ready_on() -> ColumnElement[bool]:
+def eligible(ti: Any) -> ColumnElement[bool]:
+    return or_(ti.c.next_eligible_at.is_(None), ti.c.next_eligible_at <= NOW)
+
+
+def ready_on(ti: Any = TI) -> ColumnElement[bool]:
     """Ready task instances (the claim rail's source state, eligible by NOW) on QUEUES."""
-    return and_(from_sources(s.CLAIM), TaskInstance.queue.in_(QUEUES),
-                or_(TaskInstance.next_eligible_at.is_(None), TaskInstance.next_eligible_at <= NOW))
+    return is_ready(ti) & ti.c.queue.in_(QUEUES) & eligible(ti)
 
 
 @cache
 def _routes_statements(postgres: bool) -> tuple[Select, Select]:
     capped = exists().where(Tenant.max_running.is_not(None))
-    pools = (select(Pool.name, capped)
-             .where(exists().where(TaskInstance.pool == Pool.name, ready_on())).order_by(Pool.name))
+    # A scalar probe per pool, not EXISTS: PostgreSQL may turn an EXISTS into a semi-join that
+    # reads every ready row; a probe with LIMIT 1 reads one index entry.
+    some_ready = select(TI.c.id).where(TI.c.pool == Pool.name, ready_on()).limit(1).scalar_subquery()
+    pools = select(Pool.name, capped).where(some_ready.is_not(None)).order_by(Pool.name)
     caps = select(Tenant.tenant_id).where(Tenant.max_running.is_not(None)).order_by(Tenant.tenant_id)
     if postgres:  # FOR NO KEY UPDATE: claims and resizes queue on each other; a run naming the pool
         # (FOR KEY SHARE) does not.
@@ -106,42 +145,119 @@ def held_back(session: Session, queues: Sequence[str], now: datetime) -> bool:
     return bool(session.execute(_held_back_statement(), params(queues, now)).scalar())
 
 
+# --- the choice ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Candidate:
+    """A ready task instance a claim of several may take, with its group (pool, tenant, room)."""
+
+    id: Any
+    group: Row
+    pool_slots: int
+    priority_weight: int
+    updated_at: datetime
+
+    @property
+    def rank(self) -> tuple[Any, ...]:
+        """The claim order: priority, then the least recently served tenant (never served
+        first), then oldest, then id."""
+        served = self.group.served
+        return -self.priority_weight, served is not None, served, self.updated_at, str(self.id)
+
+
+def _in_group(ti: Any, queue: Any, pool: Any, tenant: Any) -> list[ColumnElement[bool]]:
+    return [is_ready(ti), ti.c.queue == queue, ti.c.pool == pool, tenant_of(ti) == tenant]
+
+
 @cache
-def claimable(capped: bool) -> Select:
-    """The ids of up to LIMIT task instances a claim serving QUEUES may take at NOW from the
-    POOLS it locked (`capped`: some tenant has a cap); run it with params(). One statement,
-    evaluated after the locks: it counts the slots (and capped tenants' task instances) in
-    flight, takes the first LIMIT ready task instances in claim order among those that fit on
-    their own, and cuts where several in one claim would together overfill a pool or a capped
-    tenant."""
-    in_flight = TaskInstance.state.in_(s.IN_FLIGHT)
-    pool_busy = (select(TaskInstance.pool, func.sum(TaskInstance.pool_slots).label("busy"))
-                 .where(in_flight, TaskInstance.pool.in_(POOLS)).group_by(TaskInstance.pool).subquery())
-    room = (select(Pool.name, (Pool.slots - func.coalesce(pool_busy.c.busy, 0)).label("open"))
-            .outerjoin(pool_busy, pool_busy.c.pool == Pool.name).where(Pool.name.in_(POOLS))
-            .cte("room").prefix_with("MATERIALIZED"))
-    columns = [TaskInstance.id, TaskInstance.pool, TaskInstance.pool_slots, TaskInstance.priority_weight,
-               TaskInstance.updated_at, TENANT.label("tenant"), Tenant.last_claimed_at.label("served"),
-               room.c.open.label("pool_open")]
-    fits_alone = [room.c.open >= TaskInstance.pool_slots]
-    top = select(*columns).join(room, room.c.name == TaskInstance.pool).outerjoin(Tenant, Tenant.tenant_id == TENANT)
+def _groups_statement(queue_count: int, capped: bool) -> Select:
+    """Up to LIMIT groups (queue, pool, tenant) of ready work on the claim's queues in the
+    POOLS it locked, each with its first task instance that fits on its own, best first: one
+    probe of the ready index per group (a recursive walk from each group to the next tenant's).
+    Run it with params(); `queue_count` is the number of queues the claim serves."""
+    t = TI.alias("t")
+    busy = (select(func.coalesce(func.sum(t.c.pool_slots), 0)).where(is_in_flight(t), t.c.pool == Pool.name)
+            .scalar_subquery())
+    room = select(Pool.name.label("pool"), (Pool.slots - busy).label("open")).where(Pool.name.in_(POOLS)).cte("room")
+    seeds = union_all(*(select(bindparam(f"claim_queue_{n}", type_=TI.c.queue.type).label("queue"), room.c.pool)
+                        for n in range(queue_count))).cte("seeds")
+
+    def first_tenant(queue: Any, pool: Any, after: Any = None) -> Any:
+        where = [is_ready(t), t.c.queue == queue, t.c.pool == pool]
+        if after is not None:
+            where.append(tenant_of(t) > after)
+        return select(tenant_of(t)).where(*where).order_by(tenant_of(t)).limit(1).scalar_subquery()
+
+    groups = select(seeds.c.queue, seeds.c.pool, first_tenant(seeds.c.queue, seeds.c.pool).label("tenant")) \
+        .cte("groups", recursive=True)
+    previous = groups.alias("previous")
+    groups = groups.union_all(select(previous.c.queue, previous.c.pool,
+                                     first_tenant(previous.c.queue, previous.c.pool, previous.c.tenant))
+                              .where(previous.c.tenant.is_not(None)))
+    first_fit = (select(t.c.id).where(*_in_group(t, groups.c.queue, groups.c.pool, groups.c.tenant), eligible(t),
+                                      t.c.pool_slots <= room.c.open)
+                 .order_by(t.c.priority_weight.desc(), t.c.updated_at, t.c.id).limit(1).scalar_subquery())
+    tops = (select(groups.c.queue, groups.c.pool, groups.c.tenant, room.c.open, first_fit.label("id"))
+            .join(room, room.c.pool == groups.c.pool).where(groups.c.tenant.is_not(None)).cte("tops"))
+    columns = [tops.c.queue, tops.c.pool, tops.c.tenant, tops.c.open, TI.c.id, TI.c.pool_slots,
+               TI.c.priority_weight, TI.c.updated_at, Tenant.last_claimed_at.label("served")]
+    best = select(*columns).join(TI, TI.c.id == tops.c.id).outerjoin(Tenant, Tenant.tenant_id == tops.c.tenant)
     if capped:
-        tenant_busy = (select(TENANT.label("tenant"), func.count().label("busy"))
-                       .where(in_flight, TENANT.in_(select(Tenant.tenant_id).where(Tenant.max_running.is_not(None))))
-                       .group_by(TENANT).cte("tenant_busy").prefix_with("MATERIALIZED"))
-        tenant_open = Tenant.max_running - func.coalesce(tenant_busy.c.busy, 0)
-        top = top.add_columns(tenant_open.label("tenant_open")).outerjoin(tenant_busy, tenant_busy.c.tenant == TENANT)
-        fits_alone.append(or_(Tenant.max_running.is_(None), tenant_open > 0))
-    order = (TaskInstance.priority_weight.desc(), nulls_first(Tenant.last_claimed_at), TaskInstance.updated_at,
-             TaskInstance.id)
-    top = top.where(ready_on(), *fits_alone).order_by(*order).limit(LIMIT).subquery("top")
-    rank = (top.c.priority_weight.desc(), nulls_first(top.c.served), top.c.updated_at, top.c.id)
-    fitting = select(top, func.sum(top.c.pool_slots).over(partition_by=top.c.pool, order_by=rank).label("filled"),
-                     func.row_number().over(partition_by=top.c.tenant, order_by=rank).label("taken")).subquery()
-    fits = [fitting.c.filled <= fitting.c.pool_open]
-    if capped:
-        fits.append(or_(fitting.c.tenant_open.is_(None), fitting.c.taken <= fitting.c.tenant_open))
-    return select(fitting.c.id).where(*fits)
+        in_flight = select(func.count()).where(is_in_flight(t), tenant_of(t) == tops.c.tenant).scalar_subquery()
+        tenant_open = case((Tenant.max_running.is_(None), None), else_=Tenant.max_running - in_flight)
+        best = best.add_columns(tenant_open.label("tenant_open")).where(
+            or_(Tenant.max_running.is_(None), tenant_open > 0))
+    else:
+        best = best.add_columns(literal(None, Integer()).label("tenant_open"))
+    return best.order_by(TI.c.priority_weight.desc(), nulls_first(Tenant.last_claimed_at), TI.c.updated_at,
+                         TI.c.id).limit(LIMIT)
+
+
+@cache
+def _firsts_statement(group_count: int) -> Select:
+    """The first LIMIT task instances (by the ready index's order) that fit on their own in
+    each of `group_count` groups, named by the parameters group_{n}_queue/pool/tenant/open."""
+    t = TI.alias("t")
+    parts = []
+    for n in range(group_count):
+        queue, pool, tenant, room = (bindparam(f"group_{n}_{name}") for name in ("queue", "pool", "tenant", "open"))
+        parts.append(select(literal(n, Integer()).label("group_no"), t.c.id, t.c.pool_slots, t.c.priority_weight,
+                            t.c.updated_at)
+                     .where(*_in_group(t, queue, pool, tenant), eligible(t), t.c.pool_slots <= room)
+                     .order_by(t.c.priority_weight.desc(), t.c.updated_at, t.c.id).limit(LIMIT).subquery()
+                     .select())
+    return union_all(*parts) if len(parts) > 1 else parts[0]
+
+
+def choose(session: Session, routes: Routes, queues: Sequence[str], now: datetime, limit: int) -> list[Any]:
+    """The ids of up to `limit` task instances a claim serving `queues` may take at `now` from
+    the pools it locked (lock_routes), in claim order: each fits its pool's open slots and
+    its tenant's cap together with those before it."""
+    values = params(queues, now, routes, limit)
+    groups = session.execute(_groups_statement(len(queues), routes.capped), values).all()
+    if limit == 1 or not groups:
+        return [group.id for group in groups]  # each group's first fits on its own
+    return _fit(groups, session.execute(_firsts_statement(len(groups)), {**values, **{
+        f"group_{n}_{name}": getattr(group, name) for n, group in enumerate(groups)
+        for name in ("queue", "pool", "tenant", "open")}}).all(), limit)
+
+
+def _fit(groups: list[Row], rows: Iterable[Row], limit: int) -> list[Any]:
+    """The first `limit` of `rows` in claim order, cut where they would together overfill a
+    pool or a capped tenant (every task after the first that does not fit in its pool, or past
+    its tenant's cap, is cut: a claim never skips ahead within a pool)."""
+    candidates = sorted((Candidate(row.id, groups[row.group_no], row.pool_slots, row.priority_weight, row.updated_at)
+                         for row in rows), key=lambda c: c.rank)
+    filled: dict[str, int] = {}
+    taken: dict[str, int] = {}
+    chosen = []
+    for candidate in candidates[:limit]:
+        group = candidate.group
+        filled[group.pool] = filled.get(group.pool, 0) + candidate.pool_slots
+        taken[group.tenant] = taken.get(group.tenant, 0) + 1
+        if filled[group.pool] <= group.open and (group.tenant_open is None or taken[group.tenant] <= group.tenant_open):
+            chosen.append(candidate.id)
+    return chosen
 
 
 def take_turns(session: Session, tenant_ids: Iterable[str | None], now: datetime) -> None:
