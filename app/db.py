@@ -10,6 +10,7 @@ never write.
 import enum
 import sqlite3
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, Engine, MetaData, Select, create_engine, event, func, literal_column, select
@@ -82,23 +83,21 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20, pool_t
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn: Any) -> None:
-            if conn.get_execution_options().get(READ_ONLY):
+            options = conn.get_execution_options()
+            if options.get(READ_ONLY):
                 conn.exec_driver_sql("PRAGMA query_only=ON")
                 conn.exec_driver_sql("BEGIN")
             else:
                 conn.exec_driver_sql("PRAGMA query_only=OFF")
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                if options.get("isolation_level") != AUTOCOMMIT:
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     # No ping per checkout (a round trip on every request): a connection the server dropped
     # fails its statement, which is answered 503 connection-lost, and SQLAlchemy then
     # invalidates the whole pool, so the next request connects afresh. Connections are also
     # recycled hourly, before a server or proxy idle timeout can cut them unseen.
-    # Custom plans only: psycopg prepares a statement after five runs, and PostgreSQL may then
-    # switch it to a generic plan, which for the claim's selection (its bound queues, pools,
-    # time) costs two to three times the custom one.
-    return create_engine(url, pool_recycle=3600, connect_args={"options": "-c plan_cache_mode=force_custom_plan"},
-                         **pool)
+    return create_engine(url, pool_recycle=3600, **pool)
 
 
 def reading(engine: Engine) -> Engine:
@@ -107,6 +106,17 @@ def reading(engine: Engine) -> Engine:
     if engine.dialect.name == "postgresql":
         return engine.execution_options(postgresql_readonly=True)
     return engine.execution_options(**{READ_ONLY: True})
+
+
+AUTOCOMMIT = "AUTOCOMMIT"
+
+
+def single_statements(engine: Engine) -> Engine:
+    """The same engine and pool, for requests whose write is one statement (a heartbeat, the
+    liveness read): each statement commits on its own, so it costs one round trip to the
+    database instead of three (BEGIN, the statement, COMMIT). One statement is atomic on its own;
+    only a request that writes once may use it."""
+    return engine.execution_options(isolation_level=AUTOCOMMIT)
 
 
 def is_postgres(session_or_engine: Session | Engine) -> bool:
@@ -179,13 +189,39 @@ def _dialect_insert(session: Session, table: Any) -> Any:
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert
-    return insert(table)
+    return insert(getattr(table, "__table__", table))  # Core: the ORM's bulk insert costs more than it gives
+
+
+@cache
+def _insert_ignoring(postgres: bool, table: Any, index_elements: tuple[str, ...]) -> Any:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    insert = postgresql.insert if postgres else sqlite.insert
+    return (insert(getattr(table, "__table__", table)).on_conflict_do_nothing(index_elements=index_elements)
+            .returning(literal_column("1")))
 
 
 def insert_ignore(session: Session, table: Any, values: dict[str, Any], index_elements: list[str]) -> bool:
-    """INSERT … ON CONFLICT DO NOTHING on either database. True if the row was inserted."""
-    stmt = _dialect_insert(session, table).values(**values).on_conflict_do_nothing(index_elements=index_elements)
-    return _wrote(session, stmt)
+    """INSERT … ON CONFLICT DO NOTHING on either database (the statement built once per table,
+    the values bound). True if the row was inserted."""
+    stmt = _insert_ignoring(is_postgres(session), table, tuple(index_elements))
+    return session.execute(stmt, values).first() is not None
+
+
+@cache
+def _upserting(postgres: bool, table: Any, index_elements: tuple[str, ...], columns: tuple[str, ...]) -> Any:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    stmt = (postgresql.insert if postgres else sqlite.insert)(getattr(table, "__table__", table))
+    return stmt.on_conflict_do_update(index_elements=index_elements,
+                                      set_={name: stmt.excluded[name] for name in columns})
+
+
+def upsert_columns(session: Session, table: Any, values: dict[str, Any], index_elements: list[str],
+                   columns: list[str]) -> None:
+    """INSERT … ON CONFLICT DO UPDATE SET each of `columns` to its value in `values`, the
+    statement built once per shape (upsert, for an update that is not of the inserted values)."""
+    session.execute(_upserting(is_postgres(session), table, tuple(index_elements), tuple(columns)), values)
 
 
 def upsert(

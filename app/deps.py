@@ -44,6 +44,19 @@ def commit(session: Session) -> None:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
+async def get_single_statement_session(request: Request) -> AsyncIterator[Session]:
+    """A session whose every statement commits on its own (app/db.py `single_statements`), for
+    an endpoint that writes at most once: one database round trip instead of three."""
+    session = Session(request.app.state.single_statement_engine, expire_on_commit=False)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+SingleStatementDep = Annotated[Session, Depends(get_single_statement_session, scope="function")]
+
+
 async def log_store(request: Request) -> LogStore:
     return request.app.state.log_store
 

@@ -18,7 +18,7 @@ from app.apidocs import router as docs_router
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
-from app.db import make_engine, reading, utcnow
+from app.db import make_engine, reading, single_statements, utcnow
 from app.execution.reapers import ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
@@ -89,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                    max_overflow=settings.database_max_overflow,
                                    pool_timeout=settings.database_pool_timeout_seconds)
     app.state.read_engine = reading(app.state.engine)
+    app.state.single_statement_engine = single_statements(app.state.engine)
     metrics.watch_pool(app.state.engine)
     app.state.metrics_registry = metrics.scrape_registry(app.state.read_engine)
     # Claims in flight at once: half the pool, the rest for every other request.

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import anyio
 import psycopg
-from sqlalchemy import Engine, event, text
+from sqlalchemy import ColumnElement, Engine, event, func, literal, text
 from sqlalchemy.orm import Session
 
 log = logging.getLogger("fenceline.wakeups")
@@ -40,6 +40,7 @@ CHANNEL = "fenceline_ready"
 _PENDING, _SENT = "fenceline_wakeups_pending", "fenceline_wakeups_sent"
 RECONNECT_CAP_SECONDS = 10.0
 ANY_QUEUE: frozenset[str] = frozenset()  # a waiter serving every queue: woken by any work
+NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def announce(session: Session, *, count: int | None = None, at: datetime | None 
         sent = session.info.setdefault(_SENT, set())
         if payload not in sent:  # the same event twice in one transaction is delivered once anyway
             sent.add(payload)
-            session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload})
+            session.execute(NOTIFY, {"channel": CHANNEL, "payload": payload})
     else:
         session.info.setdefault(_PENDING, []).append(ready)
 
@@ -93,6 +94,12 @@ def announce_queues(session: Session, queues: Iterable[str]) -> None:
 def announce_room(session: Session) -> None:
     """Announce that a pool slot or a tenant place was freed or added."""
     announce(session, room=True)
+
+
+def room_notification() -> ColumnElement[Any]:
+    """PostgreSQL: announce_room as a column, for the RETURNING of a statement that moves a row
+    out of flight (evaluated once per row moved, delivered on commit, like announce_room)."""
+    return func.pg_notify(literal(CHANNEL), literal(Ready(room=True).payload()))
 
 
 # SQLite: the hubs of this process, by database URL, told after a commit.

@@ -34,6 +34,12 @@ def run_migrations_online() -> None:
                 # IMMEDIATE already serialises them).
                 connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
                 connection.commit()
+            else:
+                # Batch mode copies a table and drops the original: with foreign keys enforced,
+                # that drop would delete the rows that reference it (ON DELETE CASCADE). Set
+                # outside the transaction, where SQLite honours it; the engine's next connection
+                # enforces them again.
+                connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
             context.configure(
                 connection=connection,
                 target_metadata=metadata,

@@ -108,3 +108,54 @@ def test_routing_expands_existing_task_instances_with_airflow_defaults(backend, 
             assert schema_diff(engine) == []
         finally:
             engine.dispose()
+
+
+def index_names(engine: Engine) -> set[str]:
+    """The task instances' indexes, expression indexes included (reflection skips those)."""
+    postgres = engine.dialect.name == "postgresql"
+    query = ("SELECT indexname FROM pg_indexes WHERE tablename = 'task_instances'" if postgres
+             else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'task_instances'")
+    with engine.connect() as conn:
+        return set(conn.execute(text(query)).scalars())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_claims_partial_indexes_and_a_tries_history_survive_down_and_up(backend, tmp_path):
+    """0009's partial indexes (one on an expression, which SQLite's batch mode cannot copy) and
+    0010's flag: a task instance written before them is judged for readiness as before (true)
+    and keeps its archived tries, also after going down (through a batch-mode copy of the
+    table, whose foreign keys must not cascade) and up again."""
+    with throwaway_database(backend, tmp_path) as url:
+        engine = make_engine(url)
+        try:
+            upgrade(url, "0008")
+            with engine.begin() as conn:
+                conn.execute(text("INSERT INTO dag_runs (id, dag_id, run_id, state, trace_id, conf, created_at, "
+                                  "updated_at) VALUES (:id, 'd', 'r', 'running', 't', '{}', :now, :now)"),
+                             {"id": RUN_ID.hex if backend == "sqlite" else RUN_ID, "now": NOW})
+                conn.execute(table("task_instances", *cols(
+                    id=Uuid, dag_run_id=Uuid, dag_id=String, run_id=String, task_id=String, payload=JSON,
+                    upstream_task_ids=JSON, state=String, created_at=UTCDateTime, updated_at=UTCDateTime,
+                    **dict.fromkeys(NOT_NULL_INTS, Integer), **dict.fromkeys(NOT_NULL_FLAGS, Boolean),
+                )).insert().values(id=TI_ID, dag_run_id=RUN_ID, dag_id="d", run_id="r", task_id="t", payload={},
+                                   upstream_task_ids=[], state="running", created_at=NOW, updated_at=NOW,
+                                   **dict.fromkeys(NOT_NULL_INTS, 1), **dict.fromkeys(NOT_NULL_FLAGS, False)))
+                conn.execute(table("task_instance_history", *cols(
+                    id=Uuid, task_instance_id=Uuid, try_number=Integer, attempt_epoch=Integer, state=String,
+                    infra_attempts=Integer)).insert().values(
+                    id=uuid.uuid4(), task_instance_id=TI_ID, try_number=1, attempt_epoch=0, state="failed",
+                    infra_attempts=0))
+            claim_indexes = {"ix_task_instances_ready", "ix_task_instances_in_flight"}
+            for _ in range(2):
+                upgrade(url)
+                assert claim_indexes <= index_names(engine)
+                assert "ix_task_instances_state_queue_pool" not in index_names(engine)
+                with engine.connect() as conn:
+                    assert conn.execute(text("SELECT has_downstream FROM task_instances")).scalar_one()
+                    assert conn.execute(text("SELECT count(*) FROM task_instance_history")).scalar_one() == 1
+                downgrade(url, "0007")  # 0008's way down copies task_instances (SQLite's batch mode)
+                assert not claim_indexes & index_names(engine)
+                with engine.connect() as conn:
+                    assert conn.execute(text("SELECT count(*) FROM task_instance_history")).scalar_one() == 1
+        finally:
+            engine.dispose()

@@ -3,9 +3,10 @@ found by its AttemptKey."""
 
 import uuid
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Update, bindparam, insert, select, update
 from sqlmodel import Session
 
 from app.db import utcnow
@@ -19,26 +20,36 @@ OUTCOME_KIND = {"success": "success", "failed": "app", "unexecutable": "infra", 
 
 
 ATTEMPTS = TaskAttempt.__table__
+# An attempt's key, bound: the statements of the agents' writes are built once (building one
+# cost more than running it).
+IS_KEY = (ATTEMPTS.c.task_instance_id == bindparam("key_ti_id"), ATTEMPTS.c.try_number == bindparam("key_try"),
+          ATTEMPTS.c.attempt_epoch == bindparam("key_epoch"))
+OPEN = insert(ATTEMPTS)
 
 
-def _is(key: AttemptKey) -> tuple[Any, ...]:
-    return (ATTEMPTS.c.task_instance_id == key.ti_id, ATTEMPTS.c.try_number == key.try_number,
-            ATTEMPTS.c.attempt_epoch == key.attempt_epoch)
+def key_params(key: AttemptKey) -> dict[str, Any]:
+    return {"key_ti_id": key.ti_id, "key_try": key.try_number, "key_epoch": key.attempt_epoch}
 
 
 def open_attempts(session: Session, claimed: list[TaskInstance], now: datetime) -> None:
     """The records of the attempts `claimed` were just claimed for, in one statement."""
-    session.execute(insert(ATTEMPTS), [
+    session.execute(OPEN, [
         {"id": uuid.uuid4(), "task_instance_id": ti.id, "try_number": ti.try_number,
          "attempt_epoch": ti.attempt_epoch, "execution_id": ti.execution_id, "state": AttemptState.QUEUED,
          "outcome_kind": None, "reason": None, "user_code_started": False, "observed_phase": None,
          "observed_reason": None, "claimed_at": now, "started_at": None, "ended_at": None} for ti in claimed])
 
 
+@cache
+def _updating(columns: tuple[str, ...]) -> Update:
+    return update(ATTEMPTS).where(*IS_KEY).values({name: bindparam(f"set_{name}") for name in columns})
+
+
 def update_attempt(session: Session, key: AttemptKey, **values: Any) -> None:
     """Update the record of `key`; an attempt dispatched before the fence existed has none, so
     one is made."""
-    updated = session.execute(update(ATTEMPTS).where(*_is(key)).values(**values)).rowcount
+    updated = session.execute(_updating(tuple(sorted(values))),
+                              {**key_params(key), **{f"set_{name}": v for name, v in values.items()}}).rowcount
     if not updated:
         session.add(TaskAttempt(task_instance_id=key.ti_id, try_number=key.try_number,
                                 attempt_epoch=key.attempt_epoch,
@@ -54,7 +65,9 @@ def close_attempt(session: Session, key: AttemptKey, outcome: Outcome, now: date
 
 def find_attempt(session: Session, key: AttemptKey) -> TaskAttempt | None:
     return session.execute(
-        select(TaskAttempt).where(*_is(key)).execution_options(populate_existing=True)
+        select(TaskAttempt).where(TaskAttempt.task_instance_id == key.ti_id, TaskAttempt.try_number == key.try_number,
+                                  TaskAttempt.attempt_epoch == key.attempt_epoch)
+        .execution_options(populate_existing=True)
     ).scalar_one_or_none()
 
 

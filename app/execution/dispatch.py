@@ -2,12 +2,13 @@
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, bindparam, exists, select, update
 from sqlmodel import Session
 
-from app.db import is_postgres, utcnow
+from app.db import UTCDateTime, is_postgres, utcnow
 from app.errors import AppError
 from app.execution.attempts import open_attempts
 from app.identity.models import Execution
@@ -19,11 +20,17 @@ from app.routing.models import DEFAULT_QUEUE
 EXECUTIONS = Execution.__table__
 
 
+# The execution a claim is made for may claim: admitted, not superseded, not observed terminal.
+CURRENT = select(EXECUTIONS.c.superseded_by, EXECUTIONS.c.obs_terminal).where(
+    EXECUTIONS.c.execution_id == bindparam("execution_id"))
+IS_CURRENT = exists().where(EXECUTIONS.c.execution_id == bindparam("claimer"),
+                            EXECUTIONS.c.superseded_by.is_(None), EXECUTIONS.c.obs_terminal.is_not(True))
+
+
 def require_current_execution(session: Session, execution_id: uuid.UUID) -> None:
     """The claiming execution must be admitted, not superseded and not observed terminal: a
     superseded execution's worker token claims nothing."""
-    execution = session.execute(select(EXECUTIONS.c.superseded_by, EXECUTIONS.c.obs_terminal)
-                                .where(EXECUTIONS.c.execution_id == execution_id)).first()
+    execution = session.execute(CURRENT, {"execution_id": execution_id}).first()
     if execution is None or execution.superseded_by is not None or execution.obs_terminal:
         why = "is unknown" if execution is None else (
             f"was superseded by {execution.superseded_by}" if execution.superseded_by else "was observed terminal")
@@ -36,38 +43,47 @@ def require_current_execution(session: Session, execution_id: uuid.UUID) -> None
 CLAIMED_COLUMNS = (TI.c.id, TI.c.dag_run_id, TI.c.dag_id, TI.c.run_id, TI.c.task_id, TI.c.map_index, TI.c.payload,
                    TI.c.try_number, TI.c.attempt_epoch, TI.c.execution_id, TI.c.tenant_id,
                    select(RUNS.c.trace_id).where(RUNS.c.id == TI.c.dag_run_id).scalar_subquery().label("trace_id"))
+_NOW = bindparam("now", type_=UTCDateTime())
+# The claim rail, for the chosen rows, only while the claiming execution is current (the same
+# check as require_current_execution, in the statement that claims).
+CLAIM = (update(TI).where(TI.c.id.in_(bindparam("ids", expanding=True)), from_sources(s.CLAIM), IS_CURRENT)
+         .values(**moved_to(s.CLAIM, _NOW), queued_at=_NOW, next_eligible_at=None,
+                 **{**NEW_EXECUTION, "execution_id": bindparam("claimer")})
+         .returning(*CLAIMED_COLUMNS))
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a claim took (Core rows, each carrying its run's tenant and trace), and, when it took
+    nothing, whether ready work on its queues was there that a pool or a cap held back."""
+
+    rows: list[Row]
+    held_back: bool = False
 
 
 def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequence[str] = (DEFAULT_QUEUE,),
-          now: datetime | None = None) -> list[tuple[Row, Row]]:
+          now: datetime | None = None, promote: bool = True) -> Claimed:
     """scheduled -> queued (the claim rail) for up to `limit` ready task instances on `queues`,
     chosen by the routing rules (app/routing/selection.py: priority, tenant turns and caps,
     pool slots), then one guarded UPDATE … RETURNING that bumps attempt_epoch, clears
     last_heartbeat_at and binds the execution. Claims that may take from the same pool run one
     after the other (the pool rows' lock on PostgreSQL; SQLite serialises writers), so two
-    claimers never get the same task instance nor overfill a pool. Answers (task instance, run)
-    pairs; one Core row serves as both (it carries the run's tenant and trace)."""
+    claimers never get the same task instance nor overfill a pool. 409 stale-execution for an
+    execution that may not claim. With `promote`, time-driven work whose wait is over is made
+    ready first (a caller that knows none is due spares the statement)."""
     now = now or utcnow()
-    require_current_execution(session, execution_id)
-    promote_eligible(session=session, now=now, skip_locked=is_postgres(session))
+    if promote:
+        promote_eligible(session=session, now=now, skip_locked=is_postgres(session))
     routes = selection.lock_routes(session, queues, now)
-    if routes is None:
-        return []
     # The choice first, then the update by primary key: as one statement the planner may drive
     # the update from every ready row (a nested loop over the choice) before it knows better.
-    chosen = selection.choose(session, routes, queues, now, limit)
-    if not chosen:
-        return []
-    claimed = session.execute(
-        update(TI)
-        .where(TI.c.id.in_(chosen), from_sources(s.CLAIM))
-        .values(**moved_to(s.CLAIM, now), queued_at=now, next_eligible_at=None,
-                **{**NEW_EXECUTION, "execution_id": execution_id})
-        .returning(*CLAIMED_COLUMNS)
-    ).all()
+    chosen = selection.choose(session, routes, queues, now, limit) if routes is not None else []
+    claimed = session.execute(CLAIM, {"ids": chosen, "now": now, "claimer": execution_id}).all() \
+        if chosen else []
     if not claimed:
-        return []
+        require_current_execution(session, execution_id)  # nothing claimed: say so if that is why
+        return Claimed([], held_back=routes is not None)
     selection.take_turns(session, (row.tenant_id for row in claimed), now)
     open_attempts(session, claimed, now)
     claimed.sort(key=lambda ti: (ti.dag_id, ti.run_id, ti.task_id, ti.map_index))
-    return [(ti, ti) for ti in claimed]
+    return Claimed(claimed)

@@ -71,6 +71,9 @@ class TaskInstance(SQLModel, table=True):
     map_index: int = Field(default=-1)
     payload: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSONType, nullable=False))
     upstream_task_ids: list[str] = Field(default_factory=list, sa_column=Column(JSONType, nullable=False))
+    # Whether a task of the run names this one upstream: a success without downstream has no
+    # readiness to judge (rails.settle_success).
+    has_downstream: bool = Field(default=True, sa_column_kwargs={"server_default": text("true")})
     retries: int = Field(default=0)
     retry_delay_seconds: float = Field(default=0)
     max_infra_attempts: int = Field(default=3)

@@ -19,16 +19,17 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Row, case, exists, func, literal, null, select, update
+from sqlalchemy import ColumnElement, Row, Update, bindparam, case, exists, func, null, select, update
 from sqlmodel import Session
 
-from app.db import UTCDateTime, insert_ignore, utcnow
+from app.db import UTCDateTime, insert_ignore, is_postgres, utcnow
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from app.orchestration.states import Rail
-from app.wakeups import announce, announce_queues, announce_room
+from app.wakeups import announce, announce_queues, announce_room, room_notification
 
 # The tables, for the statements of the hot paths: plain Core, without the ORM's per-statement
 # bookkeeping (identity map, bulk-update evaluation), which those paths do not need.
@@ -189,25 +190,28 @@ PROMOTIONS: dict[Rail, dict[str, Any]] = {
 }
 
 
-def promote(*, session: Session, now: datetime, skip_locked: bool, rail: Rail | None = None) -> None:
-    """Take the time-driven `rail`, or every one (up_for_retry or up_for_reschedule -> scheduled,
-    new epoch), for every row whose wait is over, in one statement: what each rail sets beyond
-    the others is chosen by the row's state (they share their target and a new epoch, so
-    moved_to is alike). Rows another transaction holds are skipped, not waited for."""
+@cache
+def _promoting(skip_locked: bool, rail: Rail | None) -> Update:
     rails = list(PROMOTIONS) if rail is None else [rail]
     sources = sorted(set().union(*(r.sources for r in rails)))
+    now = bindparam("now", type_=UTCDateTime())
     due = select(TI.c.id).where(TI.c.state.in_(sources), TI.c.next_eligible_at <= now)
     if skip_locked:
         due = due.with_for_update(skip_locked=True)
     by_state = {column: case(*((from_sources(r), PROMOTIONS[r][column]) for r in rails if column in PROMOTIONS[r]),
                              else_=TI.c[column])
                 for column in {column for r in rails for column in PROMOTIONS[r]}}
-    promoted = session.execute(
-        update(TI).where(TI.c.id.in_(due), TI.c.state.in_(sources))
-        .values(**moved_to(rails[0], now), next_eligible_at=None, **NEW_EXECUTION, **by_state)
-        .returning(TI.c.queue)
-    ).scalars().all()
-    announce_queues(session, promoted)
+    return (update(TI).where(TI.c.id.in_(due), TI.c.state.in_(sources))
+            .values(**moved_to(rails[0], now), next_eligible_at=None, **NEW_EXECUTION, **by_state)
+            .returning(TI.c.queue))
+
+
+def promote(*, session: Session, now: datetime, skip_locked: bool, rail: Rail | None = None) -> None:
+    """Take the time-driven `rail`, or every one (up_for_retry or up_for_reschedule -> scheduled,
+    new epoch), for every row whose wait is over, in one statement (built once): what each
+    rail sets beyond the others is chosen by the row's state (they share their target and a
+    new epoch, so moved_to is alike). Rows another transaction holds are skipped, not waited for."""
+    announce_queues(session, session.execute(_promoting(skip_locked, rail), {"now": now}).scalars().all())
 
 
 def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> None:
@@ -276,31 +280,71 @@ def lock_run(session: Session, dag_run_id: uuid.UUID) -> None:
     session.execute(select(RUNS.c.id).where(RUNS.c.id == dag_run_id).with_for_update()).scalar_one()
 
 
+LOCK_RUN_OF = (select(RUNS.c.id).where(RUNS.c.id == select(TI.c.dag_run_id).where(TI.c.id == bindparam("ti_id"))
+                                       .scalar_subquery()).with_for_update())
+
+
 def lock_run_of(session: Session, ti_id: uuid.UUID) -> bool:
     """Lock the run of task instance `ti_id` (lock_run) without reading the task instance
     first; False if there is no such task instance."""
-    run_of = select(TI.c.dag_run_id).where(TI.c.id == ti_id).scalar_subquery()
-    return session.execute(select(RUNS.c.id).where(RUNS.c.id == run_of).with_for_update()).first() is not None
+    return session.execute(LOCK_RUN_OF, {"ti_id": ti_id}).first() is not None
 
 
 # What settle_success answers of the row: everything but the payload and the graph.
 SETTLED_COLUMNS = tuple(c for c in TI.c if c.name not in ("payload", "upstream_task_ids"))
+_SIBLING = TI.alias("sibling")
+# The success path's statements, built once with bound values (building one cost more than
+# running it).
+WAITING = select(TI.c.id, TI.c.upstream_task_ids).where(TI.c.dag_run_id == bindparam("run"), TI.c.state == s.NONE)
+UPSTREAM_STATES = select(TI.c.task_id, TI.c.state).where(TI.c.dag_run_id == bindparam("run"),
+                                                         TI.c.task_id.in_(bindparam("tasks", expanding=True)))
+MAKE_READY = (update(TI).where(TI.c.id.in_(bindparam("ids", expanding=True)), from_sources(s.READY))
+              .values(**moved_to(s.READY, bindparam("now", type_=UTCDateTime()))).returning(TI.c.queue))
+_OF_RUN = TI.c.dag_run_id == bindparam("run")
+_UNFINISHED, _UNSUCCESSFUL = exists().where(_OF_RUN, TI.c.state.not_in(s.FINISHED)), \
+    exists().where(_OF_RUN, TI.c.state != s.SUCCESS)
+SETTLE_RUN = update(RUNS).where(RUNS.c.id == bindparam("run")).values(
+    state=case((_UNFINISHED, "running"), (_UNSUCCESSFUL, s.FAILED), else_=s.SUCCESS),
+    ended_at=case((_UNFINISHED, null()), else_=bindparam("now", type_=UTCDateTime())),
+    updated_at=bindparam("now", type_=UTCDateTime()))
+
+
+@cache
+def _settling_success(postgres: bool) -> Update:
+    """The success rail's one statement. It answers whether another task instance of the run is
+    unfinished (under the run's lock every finisher of the run has committed, and a run with an
+    unfinished task instance is running, so then the run's state stands), and on PostgreSQL it
+    announces the freed pool slot from its RETURNING (pg_notify for the row it moves), sparing
+    a statement."""
+    others_unfinished = exists().where(_SIBLING.c.dag_run_id == TI.c.dag_run_id, _SIBLING.c.id != TI.c.id,
+                                       _SIBLING.c.state.not_in(s.FINISHED))
+    columns = [*SETTLED_COLUMNS, others_unfinished.label("others_unfinished")]
+    if postgres:
+        columns.append(room_notification().label("room_announced"))
+    return (update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
+                             TI.c.attempt_epoch == bindparam("key_epoch"), from_sources(s.SUCCEED))
+            .values(**moved_to(s.SUCCEED, bindparam("now", type_=UTCDateTime())), ended_at=bindparam("now"))
+            .returning(*columns))
 
 
 def settle_success(*, session: Session, ti_id: uuid.UUID, try_number: int, attempt_epoch: int,
                    now: datetime) -> Row | None:
     """The success rail for the attempt (ti_id, try_number, attempt_epoch) while it is in
-    flight, in one guarded statement; the try archived and readiness judged for the task's
-    downstream only. The caller holds the run's lock (lock_run_of). None if the attempt is not
-    the live one."""
-    moved = session.execute(
-        update(TI).where(TI.c.id == ti_id, TI.c.try_number == try_number, TI.c.attempt_epoch == attempt_epoch,
-                         from_sources(s.SUCCEED))
-        .values(**moved_to(s.SUCCEED, now), ended_at=now).returning(*SETTLED_COLUMNS)).first()
+    flight, in one guarded statement; the try archived, readiness judged for the task's
+    downstream only (none for a task nothing waits on), and the run's state settled when this
+    was its last unfinished task instance. The caller holds the run's lock (lock_run_of). None
+    if the attempt is not the live one."""
+    postgres = is_postgres(session)
+    moved = session.execute(_settling_success(postgres), {"key_ti": ti_id, "key_try": try_number,
+                                                          "key_epoch": attempt_epoch, "now": now}).first()
     if moved is not None:
-        announce_room(session)
+        if not postgres:
+            announce_room(session)
         archive_try(session, moved, s.SUCCESS)
-        ready_downstream(session, moved.dag_run_id, moved.task_id, now)
+        if moved.has_downstream:
+            ready_downstream(session, moved.dag_run_id, moved.task_id, now)
+        elif not moved.others_unfinished:
+            session.execute(SETTLE_RUN, {"run": moved.dag_run_id, "now": now})
     return moved
 
 
@@ -310,13 +354,12 @@ def ready_downstream(session: Session, dag_run_id: uuid.UUID, task_id: str, now:
     state is settled in one statement; not O(tasks in the run) in Python. A downstream task
     that would turn upstream_failed (a failure the full judgement had not yet propagated)
     falls back to refresh_run."""
-    waiting = session.execute(select(TI.c.id, TI.c.upstream_task_ids)
-                              .where(TI.c.dag_run_id == dag_run_id, TI.c.state == s.NONE)).all()
+    waiting = session.execute(WAITING, {"run": dag_run_id}).all()
     downstream = [row for row in waiting if task_id in row.upstream_task_ids]
     if downstream:
         upstream_states: dict[str, list[str]] = {}
-        for row in session.execute(select(TI.c.task_id, TI.c.state).where(
-                TI.c.dag_run_id == dag_run_id, TI.c.task_id.in_({t for d in downstream for t in d.upstream_task_ids}))):
+        tasks = sorted({t for d in downstream for t in d.upstream_task_ids})
+        for row in session.execute(UPSTREAM_STATES, {"run": dag_run_id, "tasks": tasks}):
             upstream_states.setdefault(row.task_id, []).append(row.state)
         ready = []
         for row in downstream:
@@ -327,15 +370,8 @@ def ready_downstream(session: Session, dag_run_id: uuid.UUID, task_id: str, now:
             if all(st == s.SUCCESS for st in upstream):
                 ready.append(row.id)
         if ready:
-            announce_queues(session, session.execute(
-                update(TI).where(TI.c.id.in_(ready), from_sources(s.READY)).values(**moved_to(s.READY, now))
-                .returning(TI.c.queue)).scalars().all())
-    of_run = TI.c.dag_run_id == dag_run_id
-    unfinished = exists().where(of_run, TI.c.state.not_in(s.FINISHED))
-    unsuccessful = exists().where(of_run, TI.c.state != s.SUCCESS)
-    session.execute(update(RUNS).where(RUNS.c.id == dag_run_id).values(
-        state=case((unfinished, "running"), (unsuccessful, s.FAILED), else_=s.SUCCESS),
-        ended_at=case((unfinished, null()), else_=literal(now, UTCDateTime())), updated_at=now))
+            announce_queues(session, session.execute(MAKE_READY, {"ids": ready, "now": now}).scalars().all())
+    session.execute(SETTLE_RUN, {"run": dag_run_id, "now": now})
 
 
 def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reopen: bool = False) -> None:

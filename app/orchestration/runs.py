@@ -34,10 +34,12 @@ def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[Ta
             session.add(run)
     except IntegrityError:
         raise AppError(409, "run-exists", "Run exists", f"Run {run_id!r} of DAG {request.dag_id!r} exists.") from None
+    waited_on = {upstream for t in request.tasks for upstream in t.upstream}
     tis = [
         TaskInstance(
             dag_run_id=run.id, dag_id=run.dag_id, run_id=run.run_id, task_id=t.task_id, map_index=t.map_index,
             payload=t.payload.model_dump(exclude_none=True), upstream_task_ids=t.upstream,
+            has_downstream=t.task_id in waited_on,
             retries=t.retries, max_tries=t.retries, retry_delay_seconds=t.retry_delay,
             max_infra_attempts=t.max_infra_attempts, idempotent=t.idempotent, queue=t.queue, pool=t.pool,
             pool_slots=t.pool_slots, priority_weight=t.priority_weight, tenant_id=run.tenant_id,

@@ -51,7 +51,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Session
 
-from app.db import UTCDateTime, is_postgres, upsert
+from app.db import UTCDateTime, is_postgres, upsert_columns
 from app.orchestration.models import TI_IN_FLIGHT_STATES, TI_READY_STATE, TaskInstance
 from app.routing.models import NO_TENANT, Pool, Tenant
 
@@ -132,17 +132,6 @@ def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Route
     if rows[0][1] and is_postgres(session):
         session.execute(caps)
     return Routes([name for name, _ in rows], rows[0][1])
-
-
-@cache
-def _held_back_statement() -> Select:
-    return select(exists().where(ready_on()))
-
-
-def held_back(session: Session, queues: Sequence[str], now: datetime) -> bool:
-    """Whether ready work on `queues` is left after a claim that took none of it: what a pool
-    or a cap holds back (a waiting claim then also wakes when room is freed)."""
-    return bool(session.execute(_held_back_statement(), params(queues, now)).scalar())
 
 
 # --- the choice ---------------------------------------------------------------------------------
@@ -264,4 +253,4 @@ def take_turns(session: Session, tenant_ids: Iterable[str | None], now: datetime
     """Record that a claim took work of these tenants now: their next turn comes after every
     tenant that waited longer. In tenant order, as every claim writes them (no deadlock)."""
     for key in sorted({NO_TENANT if t is None else t for t in tenant_ids}):
-        upsert(session, Tenant, {"tenant_id": key, "last_claimed_at": now}, ["tenant_id"], {"last_claimed_at": now})
+        upsert_columns(session, Tenant, {"tenant_id": key, "last_claimed_at": now}, ["tenant_id"], ["last_claimed_at"])

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from sqlalchemy import case, delete, func, select, update
 from sqlmodel import Session
 
-from app.db import insert_ignore, is_postgres, upsert
+from app.db import insert_ignore, is_postgres, upsert_columns
 from app.errors import AppError, conflict, not_found
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
@@ -132,8 +132,8 @@ def tenant(*, session: Session, tenant_id: str) -> TenantView:
 def set_tenant_cap(*, session: Session, tenant_id: str, max_running: int) -> TenantView:
     """Cap the tenant's task instances in flight. Lowering it below what is in flight stops
     its claims until enough end; nothing running is stopped."""
-    upsert(session, Tenant, {"tenant_id": tenant_id, "max_running": max_running}, ["tenant_id"],
-           {"max_running": max_running})
+    upsert_columns(session, Tenant, {"tenant_id": tenant_id, "max_running": max_running}, ["tenant_id"],
+                   ["max_running"])
     announce_room(session)  # a raised cap may fit work held back: waiting claims look again
     return tenant(session=session, tenant_id=tenant_id)
 
