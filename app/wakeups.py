@@ -37,7 +37,11 @@ log = logging.getLogger("fenceline.wakeups")
 T = TypeVar("T")
 
 CHANNEL = "fenceline_ready"
-_PENDING, _SENT = "fenceline_wakeups_pending", "fenceline_wakeups_sent"
+_PENDING, _SENT, _TIMED = "fenceline_wakeups_pending", "fenceline_wakeups_sent", "fenceline_wakeups_timed"
+# A claim takes the time-driven rails (promotion) when something may have come due, and at
+# least this often whatever it heard (rows a promotion skipped because another transaction held
+# them, and what this process could not hear while its listener was away, stay claimable).
+PROMOTION_EVERY_SECONDS = 1.0
 RECONNECT_CAP_SECONDS = 10.0
 ANY_QUEUE: frozenset[str] = frozenset()  # a waiter serving every queue: woken by any work
 NOTIFY = text("SELECT pg_notify(:channel, :payload)")
@@ -75,6 +79,8 @@ def announce(session: Session, *, count: int | None = None, at: datetime | None 
     on `queue` become claimable at `at` (now when None); with `room`, that a pool slot or a
     tenant place was freed or added. Nothing is told if the transaction rolls back."""
     ready = Ready(count, at.timestamp() if at is not None else None, queue, room or None)
+    if at is not None:
+        session.info[_TIMED] = True  # this process's claims take the time-driven rails once it commits
     if session.get_bind().dialect.name == "postgresql":
         payload = ready.payload()
         sent = session.info.setdefault(_SENT, set())
@@ -102,24 +108,28 @@ def room_notification() -> ColumnElement[Any]:
     return func.pg_notify(literal(CHANNEL), literal(Ready(room=True).payload()))
 
 
-# SQLite: the hubs of this process, by database URL, told after a commit.
+# The hubs of this process, by database URL, told after a commit: on SQLite every event; on
+# PostgreSQL (whose events come back through LISTEN) only that time-driven work may be due, at
+# once, so that a claim right after the commit that made it due takes it.
 _local_hubs: dict[str, set["Hub"]] = {}
 
 
 @event.listens_for(Session, "after_commit")
 def _after_commit(session: Session) -> None:
     session.info.pop(_SENT, None)
-    pending = session.info.pop(_PENDING, None)
-    if pending:
+    pending, timed = session.info.pop(_PENDING, None), session.info.pop(_TIMED, False)
+    if pending or timed:
         for hub in list(_local_hubs.get(str(session.get_bind().url), ())):
-            for ready in pending:
+            if timed:
+                hub.promotion_due = True
+            for ready in pending or ():
                 hub.deliver_threadsafe(ready)
 
 
 @event.listens_for(Session, "after_rollback")
 def _after_rollback(session: Session) -> None:
-    session.info.pop(_SENT, None)
-    session.info.pop(_PENDING, None)
+    for key in (_SENT, _PENDING, _TIMED):
+        session.info.pop(key, None)
 
 
 @dataclass(eq=False)
@@ -151,6 +161,8 @@ class Hub:
         # until the pool's timeout).
         self.claim_limiter: anyio.CapacityLimiter | None = None
         self.generation = 0  # counts events: a claim that saw it move looks again before waiting
+        self.promotion_due = True  # time-driven work may have come due (take_promotion)
+        self._promoted_at = 0.0
         self._waiters: deque[Waiter] = deque()
         self._pending = 0  # task instances announced and, as far as this process knows, not taken
         self._next_at: float | None = None
@@ -168,10 +180,10 @@ class Hub:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.claim_limiter = anyio.CapacityLimiter(self.claim_threads)
+        _local_hubs.setdefault(str(self.engine.url), set()).add(self)
         if self.engine.dialect.name == "postgresql":
             self._spawn(self._listen())  # resynchronises once it listens
         else:
-            _local_hubs.setdefault(str(self.engine.url), set()).add(self)
             self._resync()
 
     async def stop(self) -> None:
@@ -202,6 +214,8 @@ class Hub:
         if ready.at is not None and ready.at > time.time():
             self._wake_at(ready.at)
             return
+        if ready.at is not None or ready == Ready():  # due now, or something unknown (a resync)
+            self.promotion_due = True
         self.generation += 1
         if ready.room:
             self._wake_where(lambda waiter: waiter.blocked)
@@ -238,6 +252,17 @@ class Hub:
             return False
         waiter.future.set_result(None)
         return True
+
+    def take_promotion(self) -> bool:
+        """Whether a claim should take the time-driven rails first (rails.promote): something
+        may have come due since a claim last did (an event with a time, the timer, a resync, a
+        commit of this process that set a time), or PROMOTION_EVERY_SECONDS have passed. The
+        claim that is told so takes it: the next one is not told again unless something new came."""
+        now = time.monotonic()
+        if self.promotion_due or now - self._promoted_at >= PROMOTION_EVERY_SECONDS:
+            self.promotion_due, self._promoted_at = False, now
+            return True
+        return False
 
     def took(self, claimed: int, full: bool, queues: frozenset[str] | None = None) -> None:
         """A claim on `queues` came back with `claimed` items; `full` if it took all it asked

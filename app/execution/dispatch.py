@@ -27,15 +27,37 @@ IS_CURRENT = exists().where(EXECUTIONS.c.execution_id == bindparam("claimer"),
                             EXECUTIONS.c.superseded_by.is_(None), EXECUTIONS.c.obs_terminal.is_not(True))
 
 
-def require_current_execution(session: Session, execution_id: uuid.UUID) -> None:
+def _stale(execution_id: uuid.UUID, execution: Row | None) -> bool:
     """The claiming execution must be admitted, not superseded and not observed terminal: a
-    superseded execution's worker token claims nothing."""
-    execution = session.execute(CURRENT, {"execution_id": execution_id}).first()
+    superseded execution's worker token claims nothing. 409 stale-execution otherwise."""
     if execution is None or execution.superseded_by is not None or execution.obs_terminal:
         why = "is unknown" if execution is None else (
             f"was superseded by {execution.superseded_by}" if execution.superseded_by else "was observed terminal")
         raise AppError(409, "stale-execution", "Stale execution", f"Execution {execution_id} {why}.",
                        should_terminate=True)
+    return False
+
+
+def require_current_execution(session: Session, execution_id: uuid.UUID) -> None:
+    _stale(execution_id, session.execute(CURRENT, {"execution_id": execution_id}).first())
+
+
+# A claim's first look, one read: whether its execution may claim, and whether anything is
+# ready on its queues.
+LOOK = select(EXECUTIONS.c.superseded_by, EXECUTIONS.c.obs_terminal, selection.any_ready().label("ready")).where(
+    EXECUTIONS.c.execution_id == bindparam("execution_id"))
+
+
+def work_ready(*, session: Session, execution_id: uuid.UUID, queues: Sequence[str],
+               now: datetime | None = None) -> bool:
+    """Whether a claim by `execution_id` on `queues` may find ready work now (409
+    stale-execution if it may not claim), in one read that locks nothing: an idle fleet's
+    claims end here, and so take no write lock and open no transaction that writes. Work whose
+    wait is over but that no claim has made ready yet is not seen: a caller that knows some
+    may be due claims without looking (claim's `promote`)."""
+    execution = session.execute(LOOK, {"execution_id": execution_id,
+                                       **selection.params(queues, now or utcnow())}).first()
+    return not _stale(execution_id, execution) and bool(execution.ready)
 
 
 # What a claim answers of each claimed row: its WorkItem's payload and correlation (the run's

@@ -63,28 +63,36 @@ async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -
 
 def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: list[str],
               waits: bool) -> tuple[list[WorkItem], bool]:
-    """One claim in a transaction of its own, committed only while the client is still there
-    to be handed the items (in a worker thread of the event loop); with whether ready work on
-    `queues` was held back by a pool or a cap, when it claimed nothing and `waits`."""
-    keyring, ttl = installation(request).keyring, request.app.state.settings.attempt_token_ttl_seconds
-    started, items = tracing.now(), []
-    with Session(request.app.state.engine, expire_on_commit=False) as session:
-        claimed = dispatch.claim(session=session, execution_id=execution_id, limit=limit, queues=queues)
-        for ti in claimed.rows:
-            correlation = Correlation(
-                ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
-                try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=ti.tenant_id,
-                trace_id=ti.trace_id)
-            token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
-            items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
-        if items and anyio.from_thread.run(request.is_disconnected):
-            return [], False  # rolled back: nobody is there to run them
-        session.commit()
-    blocked = waits and claimed.held_back
+    """One claim (in a worker thread of the event loop): a look that locks nothing, then, if
+    work may be there, a transaction of its own, committed only while the client is still
+    there to be handed the items (a waiting claim's client may have left); with whether ready
+    work on `queues` was held back by a pool or a cap, when it claimed nothing and `waits`."""
+    state = request.app.state
+    keyring, ttl = installation(request).keyring, state.settings.attempt_token_ttl_seconds
+    started, items, held_back = tracing.now(), [], False
+    promote = state.wakeups.take_promotion()  # time-driven work may be due: make it ready, do not look
+    if not promote:
+        with Session(state.single_statement_engine) as session:
+            look = dispatch.work_ready(session=session, execution_id=execution_id, queues=queues)
+    if promote or look:
+        with Session(state.engine, expire_on_commit=False) as session:
+            claimed = dispatch.claim(session=session, execution_id=execution_id, limit=limit, queues=queues,
+                                     promote=promote)
+            for ti in claimed.rows:
+                correlation = Correlation(
+                    ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
+                    try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=ti.tenant_id,
+                    trace_id=ti.trace_id)
+                token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
+                items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
+            if items and waits and anyio.from_thread.run(request.is_disconnected):
+                return [], False  # rolled back: nobody is there to run them
+            session.commit()
+        held_back = claimed.held_back
     metrics.count_claim(len(items))
     if started is not None:  # tracing is on
         tracing.claimed(started, [i.correlation.trace_id for i in items], {"fenceline.execution_id": str(execution_id)})
-    return items, blocked
+    return items, waits and held_back
 
 
 @router.post("/v1/attempts/report", responses=STALE)

@@ -106,6 +106,12 @@ def ready_on(ti: Any = TI) -> ColumnElement[bool]:
     return is_ready(ti) & ti.c.queue.in_(QUEUES) & eligible(ti)
 
 
+def any_ready() -> ColumnElement[bool]:
+    """Whether any task instance is ready on QUEUES at NOW (one probe of the ready index per
+    queue); run with params()."""
+    return select(TI.c.id).where(ready_on()).limit(1).scalar_subquery().is_not(None)
+
+
 @cache
 def _routes_statements(postgres: bool) -> tuple[Select, Select]:
     capped = exists().where(Tenant.max_running.is_not(None))
