@@ -142,6 +142,23 @@ class Server:
 
 
 
+def postgres_cpu_seconds() -> float:
+    """User and system CPU of every PostgreSQL process on this machine so far (the benchmarks'
+    database is the only busy one while they run), from /proc."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "postgres":
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def admit(client: httpx.Client, operator: dict[str, str], seat: str) -> dict[str, str]:
     """The headers of a worker admitted to `seat` (its worker token)."""
     resp = client.post(f"/v1/seats/{seat}/executions", headers=operator,

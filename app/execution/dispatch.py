@@ -4,6 +4,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
+from typing import Any
 
 from sqlalchemy import Row, bindparam, exists, select, update
 from sqlmodel import Session
@@ -66,12 +68,24 @@ CLAIMED_COLUMNS = (TI.c.id, TI.c.dag_run_id, TI.c.dag_id, TI.c.run_id, TI.c.task
                    TI.c.try_number, TI.c.attempt_epoch, TI.c.execution_id, TI.c.tenant_id,
                    select(RUNS.c.trace_id).where(RUNS.c.id == TI.c.dag_run_id).scalar_subquery().label("trace_id"))
 _NOW = bindparam("now", type_=UTCDateTime())
-# The claim rail, for the chosen rows, only while the claiming execution is current (the same
-# check as require_current_execution, in the statement that claims).
-CLAIM = (update(TI).where(TI.c.id.in_(bindparam("ids", expanding=True)), from_sources(s.CLAIM), IS_CURRENT)
-         .values(**moved_to(s.CLAIM, _NOW), queued_at=_NOW, next_eligible_at=None,
-                 **{**NEW_EXECUTION, "execution_id": bindparam("claimer")})
-         .returning(*CLAIMED_COLUMNS))
+
+
+def _claiming(chosen: Any) -> Any:
+    """The claim rail for the `chosen` rows, only while the claiming execution is current (the
+    same check as require_current_execution, in the statement that claims)."""
+    return (update(TI).where(chosen, from_sources(s.CLAIM), IS_CURRENT)
+            .values(**moved_to(s.CLAIM, _NOW), queued_at=_NOW, next_eligible_at=None,
+                    **{**NEW_EXECUTION, "execution_id": bindparam("claimer")})
+            .returning(*CLAIMED_COLUMNS))
+
+
+CLAIM = _claiming(TI.c.id.in_(bindparam("ids", expanding=True)))
+
+
+@cache
+def _claiming_one(queue_count: int, capped: bool) -> Any:
+    """The claim of one task: its choice (selection.first_choice) and its claim, one statement."""
+    return _claiming(TI.c.id == selection.first_choice(queue_count, capped))
 
 
 @dataclass(frozen=True)
@@ -97,11 +111,15 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
     if promote:
         promote_eligible(session=session, now=now, skip_locked=is_postgres(session))
     routes = selection.lock_routes(session, queues, now)
-    # The choice first, then the update by primary key: as one statement the planner may drive
-    # the update from every ready row (a nested loop over the choice) before it knows better.
-    chosen = selection.choose(session, routes, queues, now, limit) if routes is not None else []
-    claimed = session.execute(CLAIM, {"ids": chosen, "now": now, "claimer": execution_id}).all() \
-        if chosen else []
+    claimer = {"now": now, "claimer": execution_id}
+    if routes is None:
+        claimed = []
+    elif limit == 1:
+        claimed = session.execute(_claiming_one(len(queues), routes.capped),
+                                  {**selection.params(queues, now, routes, 1), **claimer}).all()
+    else:  # the choice first (its cut to what fits together is Python's), then the claim by key
+        chosen = selection.choose(session, routes, queues, now, limit)
+        claimed = session.execute(CLAIM, {"ids": chosen, **claimer}).all() if chosen else []
     if not claimed:
         require_current_execution(session, execution_id)  # nothing claimed: say so if that is why
         return Claimed([], held_back=routes is not None)

@@ -78,17 +78,17 @@ def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: lis
         with Session(state.engine, expire_on_commit=False) as session:
             claimed = dispatch.claim(session=session, execution_id=execution_id, limit=limit, queues=queues,
                                      promote=promote)
-            for ti in claimed.rows:
-                correlation = Correlation(
-                    ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
-                    try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=ti.tenant_id,
-                    trace_id=ti.trace_id)
-                token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
-                items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
-            if items and waits and anyio.from_thread.run(request.is_disconnected):
+            if claimed.rows and waits and anyio.from_thread.run(request.is_disconnected):
                 return [], False  # rolled back: nobody is there to run them
-            session.commit()
+            session.commit()  # the pools' lock ends here: what follows is no claim's wait
         held_back = claimed.held_back
+        for ti in claimed.rows:
+            correlation = Correlation(
+                ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
+                try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=ti.tenant_id,
+                trace_id=ti.trace_id)
+            token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
+            items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
     metrics.count_claim(len(items))
     if started is not None:  # tracing is on
         tracing.claimed(started, [i.correlation.trace_id for i in items], {"fenceline.execution_id": str(execution_id)})
