@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, bindparam, func, select
 from sqlmodel import Session
 
 from app.db import paginate
@@ -95,16 +95,23 @@ def pool_fields(use: PoolUse) -> dict[str, Any]:
                 scheduled_slots=use.scheduled, open_slots=use.open, deferred_slots=0)
 
 
+TI = TaskInstance.__table__
+# The read routes' statements, built once with bound values (building one cost more than
+# running it); Core rows, which answer the same attribute names as the ORM's objects.
+_AT_KEYS = (TI.c.dag_id == bindparam("dag_id"), TI.c.run_id == bindparam("run_id"),
+            TI.c.task_id == bindparam("task_id"))
+TI_AT = select(TI).where(*_AT_KEYS, TI.c.map_index == bindparam("map_index"))
+ANY_MAPPED = select(TI.c.id).where(*_AT_KEYS).limit(1)
+
+
 def get_task_instance(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int,
-                      *, mapped_route: bool) -> TaskInstance:
-    """The TI at these keys; on a route without map_index, a mapped task is 404 as in Airflow."""
-    ti = session.execute(select(TaskInstance).where(
-        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id,
-        TaskInstance.map_index == map_index)).scalar_one_or_none()
+                      *, mapped_route: bool) -> Row:
+    """The TI at these keys (a Core row); on a route without map_index, a mapped task is 404 as
+    in Airflow."""
+    keys = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+    ti = session.execute(TI_AT, {**keys, "map_index": map_index}).first()
     if ti is None:
-        if not mapped_route and map_index == -1 and session.execute(select(TaskInstance.id).where(
-                TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
-                TaskInstance.task_id == task_id).limit(1)).first():
+        if not mapped_route and map_index == -1 and session.execute(ANY_MAPPED, keys).first():
             raise not_found("Task instance is mapped, add the map_index value to the URL")
         raise not_found(f"The Task Instance with dag_id: `{dag_id}`, run_id: `{run_id}`, task_id: `{task_id}` "
                         f"and map_index: `{map_index}` was not found")
@@ -175,7 +182,7 @@ def get_try(session: Session, ti: TaskInstance, try_number: int) -> TryView:
 def try_log(session: Session, store: LogStore, ti: TaskInstance, try_number: int) -> TryLog:
     """The try's log; 404 "TaskInstance not found" (Airflow's words) for a try that never was."""
     try:
-        return logs.try_log(session=session, store=store, ti_id=ti.id, try_number=try_number)
+        return logs.try_log(session=session, store=store, ti=ti, try_number=try_number)
     except AppError as exc:
         if exc.status == 404:
             raise not_found("TaskInstance not found") from None

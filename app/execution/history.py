@@ -10,8 +10,25 @@ the task instance itself, so no try appears twice.
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import BigInteger, and_, case, cast, extract, func, or_, select, tuple_
+from sqlalchemy import (
+    BigInteger,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    case,
+    cast,
+    extract,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlmodel import Session
 
 from app.execution.models import TaskAttempt
@@ -28,19 +45,43 @@ class Try:
     # The try's native state: its archived state once finished (failed when it was spent but
     # never archived), the task instance's own state while it is the current try.
     state: str
-    record: TaskInstance | TaskInstanceHistory | None  # where its try-level fields live
-    epochs: list[TaskAttempt]
+    record: TaskInstance | Row | None  # where its try-level fields live: the task instance, or its archive
+    epochs: list[TaskAttempt] | list[Row]
     current: bool
 
 
-def tries(session: Session, ti: TaskInstance) -> list[Try]:
+HISTORY, ATTEMPTS = TaskInstanceHistory.__table__, TaskAttempt.__table__
+
+
+def _records() -> Select:
+    """The task instance's archived tries and attempt records (`kind` h and a), in one statement
+    built once: each row has every column of both, the other table's as NULL (Core rows, with
+    the attribute names of the ORM's objects), attempts in (try, epoch) order."""
+    columns = {c.name: c.type for table in (HISTORY, ATTEMPTS) for c in table.c if c.name not in ("id",)}
+
+    def rows_of(kind: str, table: Any) -> Select:
+        return select(literal(kind).label("kind"), *(
+            table.c[name] if name in table.c else cast(null(), kind_of).label(name)
+            for name, kind_of in columns.items()))
+
+    mine = bindparam("ti_id")
+    both = union_all(rows_of("h", HISTORY).where(HISTORY.c.task_instance_id == mine),
+                     rows_of("a", ATTEMPTS).where(ATTEMPTS.c.task_instance_id == mine)).subquery()
+    return select(both).order_by(both.c.kind, both.c.try_number, both.c.attempt_epoch)
+
+
+RECORDS = _records()
+
+
+def tries(session: Session, ti: TaskInstance | Row) -> list[Try]:
     """Every try the task instance has a record of, oldest first, the current try last."""
-    history = {h.try_number: h for h in session.execute(
-        select(TaskInstanceHistory).where(TaskInstanceHistory.task_instance_id == ti.id)).scalars()}
-    epochs: dict[int, list[TaskAttempt]] = {}
-    for attempt in session.execute(select(TaskAttempt).where(TaskAttempt.task_instance_id == ti.id)
-                                   .order_by(TaskAttempt.try_number, TaskAttempt.attempt_epoch)).scalars():
-        epochs.setdefault(attempt.try_number, []).append(attempt)
+    history: dict[int, Row] = {}
+    epochs: dict[int, list[Row]] = {}
+    for row in session.execute(RECORDS, {"ti_id": ti.id}):
+        if row.kind == "h":
+            history[row.try_number] = row
+        else:
+            epochs.setdefault(row.try_number, []).append(row)
     found = []
     for number in sorted((set(history) | set(epochs)) - {ti.try_number}):
         h = history.get(number)
@@ -61,14 +102,6 @@ def current_tries(session: Session, tis: list[TaskInstance]) -> list[Try]:
             .order_by(TaskAttempt.attempt_epoch)).scalars():
         epochs.setdefault(attempt.task_instance_id, []).append(attempt)
     return [Try(ti.try_number, ti.state, ti, epochs.get(ti.id, []), current=True) for ti in tis]
-
-
-def try_epochs(session: Session, ti: TaskInstance, try_number: int) -> list[TaskAttempt]:
-    """The attempt records of one try, in epoch order."""
-    return list(session.execute(
-        select(TaskAttempt).where(TaskAttempt.task_instance_id == ti.id, TaskAttempt.try_number == try_number)
-        .order_by(TaskAttempt.attempt_epoch)
-    ).scalars())
 
 
 def runners(session: Session, epochs: list[TaskAttempt]) -> dict[uuid.UUID, Execution]:

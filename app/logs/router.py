@@ -13,6 +13,7 @@ from app.errors import AppError
 from app.execution.schemas import StaleReport
 from app.logs import service
 from app.metrics import log_bytes_appended
+from app.orchestration.runs import get_task_instance
 from app.problems import problems, refusals
 from app.schemas import Problem, Strict
 
@@ -61,5 +62,6 @@ def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: R
 def read_try_log(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
                  _: OperatorDep) -> StreamingResponse:
     """The try's log: every epoch's stream in order, each behind one system line (streamed)."""
-    log = service.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
+    log = service.try_log(session=session, store=store, ti=get_task_instance(session=session, ti_id=ti_id),
+                          try_number=try_number)
     return StreamingResponse(service.read(store, log), media_type="text/plain; charset=utf-8")

@@ -7,16 +7,15 @@ being assembled in memory: every segment but the last is immutable, because a su
 epoch can no longer append.
 """
 
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from sqlalchemy import Row, bindparam, select
 from sqlmodel import Session
 
 from app.auth.tokens import AttemptClaims
 from app.errors import AppError, not_found
-from app.execution import history
 from app.execution.fence import current_attempt
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution
@@ -24,7 +23,6 @@ from app.logs.models import LogRemoval
 from app.logs.store import LogConflict, LogGap, LogStore
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
-from app.orchestration.runs import get_task_instance
 
 SYSTEM_PREFIX = "::fenceline::"
 
@@ -86,12 +84,11 @@ class TryLog:
         return sum(seg.length for seg in self.segments)
 
 
-def _header(try_number: int, attempt: TaskAttempt | None, epoch: int, previous: TaskAttempt | None,
-            runners: dict[uuid.UUID, Execution]) -> bytes:
+def _header(try_number: int, attempt: Row | None, epoch: int, previous: Row | None) -> bytes:
     if attempt is None or attempt.execution_id is None:
         runner = "an unrecorded execution"
-    elif (execution := runners.get(attempt.execution_id)) is not None:
-        runner = f"execution {attempt.execution_id} (seat {execution.seat}, generation {execution.generation})"
+    elif attempt.seat is not None:
+        runner = f"execution {attempt.execution_id} (seat {attempt.seat}, generation {attempt.generation})"
     else:
         runner = f"execution {attempt.execution_id}"
     if previous is None:
@@ -102,32 +99,47 @@ def _header(try_number: int, attempt: TaskAttempt | None, epoch: int, previous: 
     return f"{SYSTEM_PREFIX} try {try_number} epoch {epoch} on {runner} — {why}\n".encode()
 
 
-def _removed_at(session: Session, ti: TaskInstance, attempts: list[TaskAttempt]) -> datetime | None:
+ATTEMPTS, EXECUTIONS, REMOVALS = TaskAttempt.__table__, Execution.__table__, LogRemoval.__table__
+# A log read's statements, built once with bound values: the try's attempt records with the
+# executions that ran them (an execution the history outlived is simply absent), and the run's
+# retention record.
+TRY_EPOCHS = (select(ATTEMPTS, EXECUTIONS.c.seat, EXECUTIONS.c.generation)
+              .select_from(ATTEMPTS.outerjoin(EXECUTIONS, EXECUTIONS.c.execution_id == ATTEMPTS.c.execution_id))
+              .where(ATTEMPTS.c.task_instance_id == bindparam("ti_id"), ATTEMPTS.c.try_number == bindparam("try"))
+              .order_by(ATTEMPTS.c.attempt_epoch))
+REMOVED_AT = select(REMOVALS.c.removed_at).where(REMOVALS.c.dag_run_id == bindparam("run"))
+
+
+def _removed_at(session: Session, ti: TaskInstance | Row, attempts: list[Row]) -> datetime | None:
     """When retention removed this try's log: its run's logs were removed after every epoch of
     the try was claimed (a try claimed later, after the run was cleared, keeps its log)."""
-    removal = session.get(LogRemoval, ti.dag_run_id)
-    if removal is None or any(a.claimed_at >= removal.removed_at for a in attempts):
+    removed = session.execute(REMOVED_AT, {"run": ti.dag_run_id}).scalar()
+    if removed is None or any(a.claimed_at >= removed for a in attempts):
         return None
-    return removal.removed_at
+    return removed
 
 
-def try_log(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: int) -> TryLog:
-    """The segments of one try's log, sized as stored now. 404 for a try that never existed."""
-    ti = get_task_instance(session=session, ti_id=ti_id)
+def try_log(*, session: Session, store: LogStore, ti: TaskInstance | Row, try_number: int) -> TryLog:
+    """The segments of one try of `ti`'s log, sized as stored now (one read of the store's
+    sizes for them all). 404 for a try that never existed."""
     if not 1 <= try_number <= ti.try_number:
-        raise not_found("try", f"Task instance {ti_id} has no try {try_number}.")
-    attempts = history.try_epochs(session, ti, try_number)
+        raise not_found("try", f"Task instance {ti.id} has no try {try_number}.")
+    attempts = session.execute(TRY_EPOCHS, {"ti_id": ti.id, "try": try_number}).all()
     removed = _removed_at(session, ti, attempts)
-    by_epoch: dict[int, TaskAttempt | None] = {a.attempt_epoch: a for a in attempts}
-    if 0 not in by_epoch and not removed and store.size(log_key(ti, try_number, 0), session=session) is not None:
-        by_epoch[0] = None  # a legacy stream written before the fence
-    runners = history.runners(session, attempts)
+    by_epoch: dict[int, Row | None] = {a.attempt_epoch: a for a in attempts}
+    if removed:
+        sizes: dict[str, int | None] = {}
+    else:
+        # Epoch 0 without a record: a legacy stream written before the fence, if one is stored.
+        keys = [log_key(ti, try_number, epoch) for epoch in sorted({0, *by_epoch})]
+        sizes = store.sizes(keys, session=session)
+        if 0 not in by_epoch and sizes.get(keys[0]) is not None:
+            by_epoch[0] = None
     segments, previous = [], None
     for epoch in sorted(by_epoch):
         attempt = by_epoch[epoch]
         key = log_key(ti, try_number, epoch)
-        size = 0 if removed else store.size(key, session=session) or 0
-        segments.append(Segment(epoch, _header(try_number, attempt, epoch, previous, runners), key, size))
+        segments.append(Segment(epoch, _header(try_number, attempt, epoch, previous), key, sizes.get(key) or 0))
         previous = attempt
     if removed:
         line = f"{SYSTEM_PREFIX} log removed by retention on {removed:%Y-%m-%d %H:%M:%S} UTC\n"

@@ -73,6 +73,9 @@ class LogStore(Protocol):
     def size(self, key: str, *, session: Session) -> int | None:
         """The stream's length in bytes; None if it does not exist."""
 
+    def sizes(self, keys: list[str], *, session: Session) -> dict[str, int | None]:
+        """size() of each of `keys` (a try's epochs), asked at once."""
+
     def append(self, key: str, offset: int, data: bytes, *, session: Session) -> int:
         """Store `data` as the bytes from `offset`; answers the new length. LogGap if `offset` is
         beyond the end; bytes before the end must equal what is stored (a retry), else
@@ -139,6 +142,9 @@ class FileLogStore:
                 return self._path(key).stat().st_size
         except FileNotFoundError:
             return None
+
+    def sizes(self, keys: list[str], *, session: Session | None = None) -> dict[str, int | None]:
+        return {key: self.size(key) for key in keys}
 
     def append(self, key: str, offset: int, data: bytes, *, session: Session | None = None) -> int:
         """A failed write (a full or read-only file system, an I/O error) leaves the stream as it

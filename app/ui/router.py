@@ -20,6 +20,7 @@ from app.db import utcnow
 from app.deps import SessionDep, StoreDep
 from app.errors import AppError
 from app.logs import service as logs
+from app.orchestration import runs
 from app.orchestration import states as s
 from app.ui import access, graph, timeline, views
 from app.ui.access import UiOperatorDep
@@ -181,7 +182,8 @@ def try_log_tail(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: 
 def try_log_text(ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
                  _: UiOperatorDep) -> StreamingResponse:
     """The whole log as GET /v1/…/log serves it (streamed), for a cookie-authenticated operator."""
-    log = logs.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
+    log = logs.try_log(session=session, store=store, ti=runs.get_task_instance(session=session, ti_id=ti_id),
+                       try_number=try_number)
     return StreamingResponse(logs.read(store, log), media_type="text/plain; charset=utf-8")
 
 

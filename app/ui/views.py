@@ -100,7 +100,7 @@ class LogView:
 def log_page(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number: int) -> LogView:
     """The end of a try's log in whole lines; only that end is read."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
-    log = logs.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
+    log = logs.try_log(session=session, store=store, ti=ti, try_number=try_number)
     return LogView(ti, try_number, log, tail.read_lines(store, log, None))
 
 
@@ -108,7 +108,7 @@ def log_tail(*, session: Session, store: LogStore, ti_id: uuid.UUID, try_number:
     """What the live tail appends: the whole lines from byte `offset` on, whether the try's log
     is complete, and the task instance's state (the try's outcome, once it has one)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
-    log = logs.try_log(session=session, store=store, ti_id=ti_id, try_number=try_number)
+    log = logs.try_log(session=session, store=store, ti=ti, try_number=try_number)
     read = tail.read_lines(store, log, offset)
     return {"next": read.next, "finished": read.finished, "more": read.more,
             "state": ti.state if try_number == ti.try_number else None,
