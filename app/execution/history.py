@@ -104,6 +104,21 @@ def current_tries(session: Session, tis: list[TaskInstance]) -> list[Try]:
     return [Try(ti.try_number, ti.state, ti, epochs.get(ti.id, []), current=True) for ti in tis]
 
 
+EXECUTIONS = Execution.__table__
+# One try's attempt records with the seat and generation of the executions that ran them (an
+# execution the history outlived is simply absent), by epoch; built once, with bound values.
+TRY_EPOCHS = (select(ATTEMPTS, EXECUTIONS.c.seat, EXECUTIONS.c.generation)
+              .select_from(ATTEMPTS.outerjoin(EXECUTIONS, EXECUTIONS.c.execution_id == ATTEMPTS.c.execution_id))
+              .where(ATTEMPTS.c.task_instance_id == bindparam("ti_id"), ATTEMPTS.c.try_number == bindparam("try"))
+              .order_by(ATTEMPTS.c.attempt_epoch))
+
+
+def try_epochs(session: Session, ti_id: uuid.UUID, try_number: int) -> list[Row]:
+    """The attempt records of try `try_number` of the task instance, by epoch, each with the
+    `seat` and `generation` of its execution (None when that execution is gone). One query."""
+    return list(session.execute(TRY_EPOCHS, {"ti_id": ti_id, "try": try_number}).all())
+
+
 def runners(session: Session, epochs: list[TaskAttempt]) -> dict[uuid.UUID, Execution]:
     """The executions that ran `epochs`, by id (one query); an execution the history outlived
     (a partial restore) is simply absent."""

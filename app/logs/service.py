@@ -16,9 +16,8 @@ from sqlmodel import Session
 
 from app.auth.tokens import AttemptClaims
 from app.errors import AppError, not_found
+from app.execution import history
 from app.execution.fence import current_attempt
-from app.execution.models import TaskAttempt
-from app.identity.models import Execution
 from app.logs.models import LogRemoval
 from app.logs.store import LogConflict, LogGap, LogStore
 from app.orchestration import states as s
@@ -99,14 +98,8 @@ def _header(try_number: int, attempt: Row | None, epoch: int, previous: Row | No
     return f"{SYSTEM_PREFIX} try {try_number} epoch {epoch} on {runner} — {why}\n".encode()
 
 
-ATTEMPTS, EXECUTIONS, REMOVALS = TaskAttempt.__table__, Execution.__table__, LogRemoval.__table__
-# A log read's statements, built once with bound values: the try's attempt records with the
-# executions that ran them (an execution the history outlived is simply absent), and the run's
-# retention record.
-TRY_EPOCHS = (select(ATTEMPTS, EXECUTIONS.c.seat, EXECUTIONS.c.generation)
-              .select_from(ATTEMPTS.outerjoin(EXECUTIONS, EXECUTIONS.c.execution_id == ATTEMPTS.c.execution_id))
-              .where(ATTEMPTS.c.task_instance_id == bindparam("ti_id"), ATTEMPTS.c.try_number == bindparam("try"))
-              .order_by(ATTEMPTS.c.attempt_epoch))
+REMOVALS = LogRemoval.__table__
+# The run's retention record, by key: a statement built once.
 REMOVED_AT = select(REMOVALS.c.removed_at).where(REMOVALS.c.dag_run_id == bindparam("run"))
 
 
@@ -124,7 +117,7 @@ def try_log(*, session: Session, store: LogStore, ti: TaskInstance | Row, try_nu
     sizes for them all). 404 for a try that never existed."""
     if not 1 <= try_number <= ti.try_number:
         raise not_found("try", f"Task instance {ti.id} has no try {try_number}.")
-    attempts = session.execute(TRY_EPOCHS, {"ti_id": ti.id, "try": try_number}).all()
+    attempts = history.try_epochs(session, ti.id, try_number)
     removed = _removed_at(session, ti, attempts)
     by_epoch: dict[int, Row | None] = {a.attempt_epoch: a for a in attempts}
     if removed:
