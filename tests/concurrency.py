@@ -1,6 +1,7 @@
 """Real concurrency for race tests: threads released together, each with its own connection."""
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -28,3 +29,18 @@ def race(server: Any, workers: list[Callable[[httpx.Client], T]]) -> list[T]:
     with ThreadPoolExecutor(max_workers=len(workers)) as pool:
         futures = [pool.submit(run, n, w) for n, w in enumerate(workers)]
         return [f.result(timeout=BARRIER_TIMEOUT * 4) for f in futures]
+
+
+def wait_for_lock_waits(engine: Any, count: int = 1, *, unless: Callable[[], bool] = lambda: False) -> int:
+    """Until at least `count` PostgreSQL backends wait on a lock, or `unless()` holds; answers
+    how many wait. Watched from a connection of its own (activity is per transaction)."""
+    deadline = time.monotonic() + BARRIER_TIMEOUT
+    with engine.connect() as watcher:
+        while True:
+            waiting = watcher.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").scalar()
+            watcher.rollback()
+            if waiting >= count or unless():
+                return waiting
+            assert time.monotonic() < deadline, f"{waiting} backends wait on a lock, never {count}"
+            time.sleep(0.01)

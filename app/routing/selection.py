@@ -12,8 +12,8 @@ Rules (docs/behaviour.md, "Routing"):
   asking more slots than its pool has waits until the pool grows.
 
 Race-free by construction: nothing is kept as a counter. The claim first locks (PostgreSQL:
-SELECT … FOR UPDATE, in name order) every pool holding ready work on its queues and, when any
-tenant has a cap, every capped tenant; the statements that then count what is in flight and
+SELECT … FOR UPDATE, in name order) every pool holding ready work on its queues and then every
+capped tenant; the statements that then count what is in flight and
 choose start after the locks are held, so they see every claim committed before them, and
 claims that may fill the same pool or capped tenant choose one after the other (SQLite runs
 one writer at a time). Only the claim moves a task instance into flight; every rail out of
@@ -40,7 +40,6 @@ from sqlalchemy import (
     Select,
     bindparam,
     case,
-    exists,
     func,
     literal,
     literal_column,
@@ -76,7 +75,7 @@ def is_in_flight(ti: Any) -> ColumnElement[bool]:
 @dataclass(frozen=True)
 class Routes:
     """What a claim locked: the pools holding ready work on its queues, and whether any
-    tenant has a cap (then the capped tenants too)."""
+    tenant has a cap (then it locked the capped tenants too)."""
 
     pools: list[str]
     capped: bool
@@ -114,11 +113,10 @@ def any_ready() -> ColumnElement[bool]:
 
 @cache
 def _routes_statements(postgres: bool) -> tuple[Select, Select]:
-    capped = exists().where(Tenant.max_running.is_not(None))
     # A scalar probe per pool, not EXISTS: PostgreSQL may turn an EXISTS into a semi-join that
     # reads every ready row; a probe with LIMIT 1 reads one index entry.
     some_ready = select(TI.c.id).where(TI.c.pool == Pool.name, ready_on()).limit(1).scalar_subquery()
-    pools = select(Pool.name, capped).where(some_ready.is_not(None)).order_by(Pool.name)
+    pools = select(Pool.name).where(some_ready.is_not(None)).order_by(Pool.name)
     caps = select(Tenant.tenant_id).where(Tenant.max_running.is_not(None)).order_by(Tenant.tenant_id)
     if postgres:  # FOR NO KEY UPDATE: claims and resizes queue on each other; a run naming the pool
         # (FOR KEY SHARE) does not.
@@ -127,17 +125,27 @@ def _routes_statements(postgres: bool) -> tuple[Select, Select]:
 
 
 def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Routes | None:
-    """Lock, until the claim commits, the pools holding ready work on `queues` and, when any
-    tenant has a cap, the capped tenants: each in key order, pools first, as every claim
-    locks them (no deadlock). None when no pool holds ready work on `queues`. (On SQLite,
-    which runs one writer at a time, nothing needs locking.)"""
+    """Lock, until the claim commits, the pools holding ready work on `queues`, then the capped
+    tenants: each in key order, as every claim locks them (no deadlock). None when no pool holds
+    ready work on `queues`. (On SQLite, which runs one writer at a time, nothing needs locking.)
+
+    The caps are read by a statement of their own, begun once the pools are held: a change to
+    the caps locks every pool first (lock_all_pools), so this claim's caps are the ones in force
+    until it commits. A claim that took a tenant's turn (take_turns) before a new cap on that
+    tenant, while another claim that sees the cap holds the tenant and waits on this one's
+    capped tenants, would otherwise deadlock with it."""
     pools, caps = _routes_statements(is_postgres(session))
-    rows = session.execute(pools, params(queues, now)).all()
-    if not rows:
+    names = session.execute(pools, params(queues, now)).scalars().all()
+    if not names:
         return None
-    if rows[0][1] and is_postgres(session):
-        session.execute(caps)
-    return Routes([name for name, _ in rows], rows[0][1])
+    return Routes(list(names), capped=bool(session.execute(caps).first()))
+
+
+def lock_all_pools(session: Session) -> None:
+    """Before a change to the tenants' caps: wait for every claim holding a pool, and hold off
+    new ones until this change commits (every pool, in name order, as the claims lock them)."""
+    if is_postgres(session):
+        session.execute(select(Pool.name).order_by(Pool.name).with_for_update(key_share=True)).all()
 
 
 # --- the choice ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from app.db import insert_ignore, is_postgres, upsert_columns
 from app.errors import AppError, conflict, not_found
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
+from app.routing import selection
 from app.routing.models import DEFAULT_POOL, Pool, Tenant
 from app.wakeups import announce_room
 
@@ -132,6 +133,7 @@ def tenant(*, session: Session, tenant_id: str) -> TenantView:
 def set_tenant_cap(*, session: Session, tenant_id: str, max_running: int) -> TenantView:
     """Cap the tenant's task instances in flight. Lowering it below what is in flight stops
     its claims until enough end; nothing running is stopped."""
+    selection.lock_all_pools(session)  # claims in flight finish under the caps they saw
     upsert_columns(session, Tenant, {"tenant_id": tenant_id, "max_running": max_running}, ["tenant_id"],
                    ["max_running"])
     announce_room(session)  # a raised cap may fit work held back: waiting claims look again
@@ -140,6 +142,7 @@ def set_tenant_cap(*, session: Session, tenant_id: str, max_running: int) -> Ten
 
 def remove_tenant_cap(*, session: Session, tenant_id: str) -> None:
     """The tenant is uncapped (idempotent)."""
+    selection.lock_all_pools(session)  # claims in flight finish under the caps they saw
     if session.execute(update(Tenant).where(Tenant.tenant_id == tenant_id, Tenant.max_running.is_not(None))
                        .values(max_running=None)).rowcount:
         announce_room(session)

@@ -3,7 +3,6 @@ compare-and-swap on the candidate as it was listed. Time is driven by the `now` 
 sweep, never by sleeping."""
 
 import threading
-import time
 import uuid
 from datetime import datetime, timedelta
 
@@ -15,6 +14,7 @@ from app.execution import reapers
 from app.execution.key import AttemptKey
 from app.orchestration.rails import Backoff
 from tests.api import Worker, assert_stale, task
+from tests.concurrency import wait_for_lock_waits
 
 THRESHOLDS = reapers.Thresholds(agent_lost=timedelta(seconds=120), dispatch_lost=timedelta(seconds=600))
 NO_BACKOFF = Backoff(0)
@@ -100,17 +100,6 @@ class TestMark:
         assert operator.ti(attempt.ti_id) == before
 
 
-def _wait_for_a_lock_wait(engine) -> None:
-    """Until some backend waits on a lock (its own connection: activity is per transaction)."""
-    deadline = time.monotonic() + 30
-    with engine.connect() as watcher:
-        while not watcher.exec_driver_sql(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").scalar():
-            watcher.rollback()
-            assert time.monotonic() < deadline, "the other writer never waited on the run"
-            time.sleep(0.01)
-
-
 class TestLockOrder:
     """A sweep holds the run of every attempt it marked until it commits. A settling write on
     another attempt of that run (a report, an observation, an operator's clear) must wait for
@@ -146,7 +135,7 @@ class TestLockOrder:
             assert reapers.mark(session=session, candidate=candidates[a.ti_id], backoff=NO_BACKOFF, now=utcnow())
             thread = threading.Thread(target=write)
             thread.start()
-            _wait_for_a_lock_wait(engine)
+            wait_for_lock_waits(engine)
             assert reapers.mark(session=session, candidate=candidates[b.ti_id], backoff=NO_BACKOFF, now=utcnow())
             session.commit()
         thread.join(timeout=30)
@@ -179,7 +168,7 @@ class TestLockOrder:
             assert reapers.mark(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
             thread = threading.Thread(target=clear_c)
             thread.start()
-            _wait_for_a_lock_wait(engine)
+            wait_for_lock_waits(engine)
             reapers.promote_eligible(session=session, now=utcnow(), skip_locked=True)
             session.commit()
         thread.join(timeout=30)

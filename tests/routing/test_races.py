@@ -3,12 +3,13 @@ replicas on PostgreSQL, one server on SQLite), each with its own connection."""
 
 import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from app.main import create_app
 from tests.api import Operator, Worker, bearer, json_of, task
-from tests.concurrency import race
+from tests.concurrency import race, wait_for_lock_waits
 from tests.conftest import LiveServer, app_settings
 
 
@@ -168,3 +169,47 @@ def test_concurrent_claims_take_the_highest_weights_first(servers):
         return run_
 
     assert sorted(race(servers, [claimer(w.headers) for w in workers])) == [f"urgent{i}" for i in range(6)]
+
+
+def test_a_cap_set_while_a_claim_is_in_flight_deadlocks_no_claim(servers, engine, is_postgres):
+    """Claim A holds pool pa and the capped tenant t5, and is about to record tenant t1's turn;
+    then t1 gets a cap, and claim B (pool pb) locks the capped tenants, t1 before t5. Were the
+    cap set at once, B would hold t1 and wait for A's t5 while A waited for B's t1, and
+    PostgreSQL would abort one. A test transaction holding the row A claims pauses A there."""
+    if not is_postgres:
+        pytest.skip("SQLite serialises whole transactions: there is no lock order to get wrong")
+    server = servers[0]
+    with server.client() as http:
+        operator = Operator(http)
+        json_of(operator.put("/v1/tenants/t5", json={"max_running": 100}))
+        for name in ("pa", "pb"):
+            json_of(operator.post("/v1/pools", json={"name": name, "slots": 100}), 201)
+        runs = {tenant: json_of(operator.post("/v1/runs", json={
+            "dag_id": "dag", "run_id": tenant, "tenant_id": tenant,
+            "tasks": [task("t", queue=queue, pool=pool)]}), 201)["task_instances"][0]["ti_id"]
+            for tenant, queue, pool in (("t1", "qa", "pa"), ("t5", "qb", "pb"))}
+        a, b = Worker(operator, "worker-a"), Worker(operator, "worker-b")
+
+    def claim(worker, queue):
+        with server.client() as client:
+            return client.post("/v1/dispatch/claim", json={"limit": 1, "queues": [queue]}, headers=worker.headers)
+
+    def set_cap():
+        with server.client() as client:
+            return operator.on(client).put("/v1/tenants/t1", json={"max_running": 100})
+
+    with ThreadPoolExecutor(max_workers=3) as threads, engine.connect() as pause:
+        pause.exec_driver_sql(f"SELECT 1 FROM task_instances WHERE id = '{runs['t1']}' FOR UPDATE")
+        claim_a = threads.submit(claim, a, "qa")
+        wait_for_lock_waits(engine, 1)  # A holds pa and t5, and waits on the row
+        cap = threads.submit(set_cap)
+        waiting = wait_for_lock_waits(engine, 2, unless=cap.done)
+        claim_b = threads.submit(claim, b, "qb")
+        wait_for_lock_waits(engine, waiting + 1)  # B holds pb, waiting on t5 (or on the cap's change)
+        pause.rollback()
+        answers = [future.result(timeout=60) for future in (claim_a, cap, claim_b)]
+    assert [r.status_code for r in answers] == [200, 200, 200], [r.text for r in answers]
+    claimed = [json_of(r)["items"][0]["correlation"]["ti_id"] for r in (answers[0], answers[2])]
+    assert claimed == [runs["t1"], runs["t5"]]
+    with server.client() as http:
+        assert json_of(Operator(http, operator.token).get("/v1/tenants/t1"))["max_running"] == 100
