@@ -1,9 +1,9 @@
 """Server CPU per claim round trip (claim, running, success) with and without routing: plain
 claims (every task on the default queue and pool, no tenant) against routed claims (tasks on
 two queues and three pools with room to spare, four tenants, one capped, mixed priorities,
-claims serving both queues). Server CPU is the `fenceline serve` process's CPU plus that of
-the PostgreSQL backends serving its database, from /proc/<pid>/stat over the measured
-interval, divided by the round trips. Run from a checkout:
+claims serving both queues). Server CPU is the CPU of `fenceline serve --workers 1` (its process
+tree) plus that of the PostgreSQL backends serving its database, from /proc/<pid>/stat over the
+measured interval, divided by the round trips. Run from a checkout:
 python bench/routing.py [--seconds 10] [--agents 8] [--scenarios plain,routed]; run it with the
 working directory of another checkout (PYTHONPATH=. python /path/to/bench/routing.py
 --scenarios plain) to measure that checkout's plain claims."""
@@ -75,14 +75,14 @@ def agent(server: Server, worker: dict[str, str], queues: list[str], deadline: f
 
 
 def run(backend: str, scenario: str, seconds: float, agents: int, tasks: int) -> list[object]:
-    with Server(backend) as server, server.client() as client:
+    with Server(backend, "--workers", "1") as server, server.client() as client:
         operator = server.operator(client)
         queues = prepare(client, operator, scenario, tasks)
         workers = [admit(client, operator, f"bench-{n}") for n in range(agents)]
-        before, db_before = cpu_seconds(server.process.pid), database_cpu(server)
+        before, db_before = server.cpu_seconds(), database_cpu(server)
         row = concurrent_rate(agents, seconds,
                               lambda n, deadline, samples: agent(server, workers[n], queues, deadline, samples))
-        used = cpu_seconds(server.process.pid) - before
+        used = server.cpu_seconds() - before
         db_used = sum(cpu - db_before.get(pid, 0.0) for pid, cpu in database_cpu(server).items())
         return [backend, scenario, *row, used / row[1] * 1000, db_used / row[1] * 1000,
                 (used + db_used) / row[1] * 1000]
