@@ -264,6 +264,11 @@ class Hub:
             return True
         return False
 
+    def promotion_undone(self) -> None:
+        """The claim take_promotion told to promote did not commit (a rollback, a fault, its
+        client gone): what it promoted is due again, so the next claim is told again."""
+        self.promotion_due = True
+
     def took(self, claimed: int, full: bool, queues: frozenset[str] | None = None) -> None:
         """A claim on `queues` came back with `claimed` items; `full` if it took all it asked
         for (more may be ready: the next waiter on those queues is woken while announced work

@@ -75,12 +75,18 @@ def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: lis
         with Session(state.single_statement_engine) as session:
             look = dispatch.work_ready(session=session, execution_id=execution_id, queues=queues)
     if promote or look:
-        with Session(state.engine, expire_on_commit=False) as session:
-            claimed = dispatch.claim(session=session, execution_id=execution_id, limit=limit, queues=queues,
-                                     promote=promote)
-            if claimed.rows and waits and anyio.from_thread.run(request.is_disconnected):
-                return [], False  # rolled back: nobody is there to run them
-            session.commit()  # the pools' lock ends here: what follows is no claim's wait
+        committed = False
+        try:
+            with Session(state.engine, expire_on_commit=False) as session:
+                claimed = dispatch.claim(session=session, execution_id=execution_id, limit=limit, queues=queues,
+                                         promote=promote)
+                if claimed.rows and waits and anyio.from_thread.run(request.is_disconnected):
+                    return [], False  # rolled back: nobody is there to run them
+                session.commit()  # the pools' lock ends here: what follows is no claim's wait
+                committed = True
+        finally:
+            if promote and not committed:
+                state.wakeups.promotion_undone()
         held_back = claimed.held_back
         for ti in claimed.rows:
             correlation = Correlation(

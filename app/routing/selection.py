@@ -46,6 +46,7 @@ from sqlalchemy import (
     nulls_first,
     or_,
     select,
+    text,
     union_all,
 )
 from sqlmodel import Session
@@ -143,9 +144,11 @@ def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Route
 
 def lock_all_pools(session: Session) -> None:
     """Before a change to the tenants' caps: wait for every claim holding a pool, and hold off
-    new ones until this change commits (every pool, in name order, as the claims lock them)."""
+    new ones until this change commits. A table lock, so that it covers a pool created at any
+    moment too: EXCLUSIVE conflicts with the row locks claims take (and a run's FOR KEY SHARE
+    of its pools, which then waits as briefly), not with plain reads."""
     if is_postgres(session):
-        session.execute(select(Pool.name).order_by(Pool.name).with_for_update(key_share=True)).all()
+        session.execute(text(f"LOCK TABLE {Pool.__tablename__} IN EXCLUSIVE MODE"))
 
 
 # --- the choice ---------------------------------------------------------------------------------

@@ -44,6 +44,20 @@ class TestClaim:
         ti = operator.ti(ti_ids(run)["a"])
         assert (ti["state"], ti["attempt_epoch"]) == ("scheduled", 0)
 
+    def test_a_due_retry_whose_promotion_was_rolled_back_is_promoted_by_the_next_claim(self, operator):
+        """The failure makes a retry due at once, so the next claim promotes it first: here that
+        claim's execution is stale, its 409 rolls the promotion back, and the claim right after
+        it (well inside the once-a-second net) must promote it again."""
+        operator.create_run(task("a", retries=1, retry_delay=0))
+        old = Worker(operator, "worker-old")
+        attempt = old.claim_one()
+        attempt.report("running")
+        attempt.report("failed")
+        old.replacement()
+        assert_problem(old.claim_response(), 409, "stale-execution")
+        (retry,) = Worker(operator, "worker-new").claim(1)
+        assert (retry.task_id, retry.item["correlation"]["try_number"]) == ("a", 2)
+
     def test_bad_limit_is_422(self, client, operator):
         worker = Worker(operator)
         for body in ({"limit": 0}, {"limit": 101}, {"limit": 1, "queue": "x"}):
