@@ -30,8 +30,8 @@ def run_migrations_online() -> None:
         with engine.connect() as connection:
             postgres = connection.dialect.name == "postgresql"
             if postgres:
-                # Replicas that start together migrate one after another (SQLite's BEGIN
-                # IMMEDIATE already serialises them).
+                # Replicas that start together migrate one after another (on SQLite, the
+                # chain's one BEGIN IMMEDIATE transaction serialises them).
                 connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
                 connection.commit()
             else:
@@ -44,6 +44,10 @@ def run_migrations_online() -> None:
                 connection=connection,
                 target_metadata=metadata,
                 render_as_batch=connection.dialect.name == "sqlite",
+                # SQLite's DDL is transactional, though Alembic assumes not and would commit each
+                # revision apart: one transaction (BEGIN IMMEDIATE) for the whole chain, from the
+                # read of the current revision on, is what serialises migrators starting together.
+                transactional_ddl=True,
                 compare_type=True,
                 render_item=render_item,
             )
