@@ -29,7 +29,7 @@ IS_CURRENT = exists().where(EXECUTIONS.c.execution_id == bindparam("claimer"),
                             EXECUTIONS.c.superseded_by.is_(None), EXECUTIONS.c.obs_terminal.is_not(True))
 
 
-def _stale(execution_id: uuid.UUID, execution: Row | None) -> bool:
+def _require_current(execution_id: uuid.UUID, execution: Row | None) -> None:
     """The claiming execution must be admitted, not superseded and not observed terminal: a
     superseded execution's worker token claims nothing. 409 stale-execution otherwise."""
     if execution is None or execution.superseded_by is not None or execution.obs_terminal:
@@ -37,11 +37,10 @@ def _stale(execution_id: uuid.UUID, execution: Row | None) -> bool:
             f"was superseded by {execution.superseded_by}" if execution.superseded_by else "was observed terminal")
         raise AppError(409, "stale-execution", "Stale execution", f"Execution {execution_id} {why}.",
                        should_terminate=True)
-    return False
 
 
 def require_current_execution(session: Session, execution_id: uuid.UUID) -> None:
-    _stale(execution_id, session.execute(CURRENT, {"execution_id": execution_id}).first())
+    _require_current(execution_id, session.execute(CURRENT, {"execution_id": execution_id}).first())
 
 
 # A claim's first look, one read: whether its execution may claim, and whether anything is
@@ -59,7 +58,8 @@ def work_ready(*, session: Session, execution_id: uuid.UUID, queues: Sequence[st
     may be due claims without looking (claim's `promote`)."""
     execution = session.execute(LOOK, {"execution_id": execution_id,
                                        **selection.params(queues, now or utcnow())}).first()
-    return not _stale(execution_id, execution) and bool(execution.ready)
+    _require_current(execution_id, execution)
+    return bool(execution.ready)
 
 
 # What a claim answers of each claimed row: its WorkItem's payload and correlation (the run's
