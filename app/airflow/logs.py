@@ -9,14 +9,16 @@ assembled in memory.
 import codecs
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from sqlmodel import Session
 from starlette.responses import Response, StreamingResponse
 
 from app.airflow import service
 from app.auth import tokens
 from app.auth.tokens import KeyRing
+from app.deps import commit
 from app.errors import AppError
 from app.logs import service as logs
 from app.logs.store import LogStore
@@ -159,15 +161,19 @@ def batched(parts: Iterator[str], size: int = 64 * 1024) -> Iterator[bytes]:
 INLINE_BYTES = 256 * 1024  # a window this small is answered whole, not streamed
 
 
-def answer(parts: Iterator[str | bytes], window_bytes: int, media_type: str,
-           headers: dict[str, str] | None = None) -> Response:
-    """The body `parts` make of a window of `window_bytes` log bytes: assembled in the
-    request's own thread when the window is small (most logs: no thread hop per streamed part,
-    no second connection), streamed when it is not (memory stays flat for any size)."""
+def answer(session: Session, store: LogStore, body: Callable[[LogStore], Iterator[str | bytes]], window_bytes: int,
+           media_type: str, headers: dict[str, str] | None = None) -> Response:
+    """The answer whose parts `body(store)` makes of a window of `window_bytes` log bytes, and
+    the end of the request's transaction (committed here, in the endpoint's own thread). A small
+    window (most logs) is assembled now, read in the request's own transaction: no thread hop
+    per part, no second connection. A larger one is streamed once the transaction has ended,
+    read on the store's own short connections (memory stays flat for any size)."""
     if window_bytes <= INLINE_BYTES:
-        body = b"".join(part.encode() if isinstance(part, str) else part for part in parts)
-        return Response(body, media_type=media_type, headers=headers)
-    return StreamingResponse(parts, media_type=media_type, headers=headers)
+        whole = b"".join(part.encode() if isinstance(part, str) else part for part in body(store.within(session)))
+        commit(session)
+        return Response(whole, media_type=media_type, headers=headers)
+    commit(session)
+    return StreamingResponse(body(store), media_type=media_type, headers=headers)
 
 
 def json_string_stream(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:

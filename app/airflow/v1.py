@@ -1,5 +1,6 @@
 """/api/v1: Airflow 2.10's read routes, shapes and problem+json errors, HTTP Basic auth."""
 
+from collections.abc import Iterator
 from datetime import datetime
 from http import HTTPStatus
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from app.auth import tokens
 from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic
 from app.deps import SessionDep, StoreDep
 from app.errors import unauthorized
+from app.logs.store import LogStore
 from app.orchestration.models import DagRun
 from app.orchestration.models import TaskInstance as TaskInstanceRow
 from app.problems import ErrorFamily, problem_response, problems, register_error_family
@@ -272,15 +274,18 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, se
     log = service.try_log(session, store, ti, task_try_number)
     media = paging.preferred(accept, ["text/plain", "application/json"], default="application/json")
     if media == "text/plain":
-        return paging.answer(paging.batched(paging.text_chunks(store, log, 0, log.size)), log.size,
-                             "text/plain; charset=utf-8")
+        return paging.answer(session, store, lambda reader: paging.batched(
+            paging.text_chunks(reader, log, 0, log.size)), log.size, "text/plain; charset=utf-8")
     start = paging.start_position(installation(request).keyring, token, ti.id, task_try_number, log)
-    win = paging.window(store, log, start, full=full_content)
+    win = paging.window(store.within(session), log, start, full=full_content)
     # Airflow 2 always answers a token; at the end of a finished log it reads as "nothing more".
     next_token = tokens.sign_cursor(installation(request).keyring, ti.id, task_try_number, win.end)
-    body = (part for parts in (['{"content":"'], paging.json_string_stream(store, log, win.start, win.end),
-                               ['","continuation_token":"' + next_token + '"}']) for part in parts)
-    return paging.answer(paging.batched(body), win.end - win.start, "application/json")
+
+    def body(reader: LogStore) -> Iterator[bytes]:
+        return paging.batched(part for parts in (
+            ['{"content":"'], paging.json_string_stream(reader, log, win.start, win.end),
+            ['","continuation_token":"' + next_token + '"}']) for part in parts)
+    return paging.answer(session, store, body, win.end - win.start, "application/json")
 
 
 @router.get(TI + "/{task_id}/{map_index}")

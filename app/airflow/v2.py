@@ -216,16 +216,16 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
     log = service.try_log(session, store, ti, try_number)
     start = paging.start_position(installation(request).keyring, token, ti.id, try_number, log)
-    win = paging.window(store, log, start, full=full_content or ndjson)
+    win = paging.window(store.within(session), log, start, full=full_content or ndjson)
     next_token = win.token(installation(request).keyring, ti.id, try_number)
-    commit(session)  # the stream reads on connections of its own
     size = win.end - win.start
     if ndjson:
-        body = (part + "\n" for part in paging.structured_parts(store, log, win.start, win.end, "\n"))
         headers = {"Airflow-Continuation-Token": next_token} if next_token else None
-        return paging.answer(paging.batched(body), size, "application/x-ndjson", headers)
-    return paging.answer(paging.batched(_json_log(paging.structured_parts(store, log, win.start, win.end, ","),
-                                                  next_token)), size, "application/json")
+        return paging.answer(session, store, lambda reader: paging.batched(
+            part + "\n" for part in paging.structured_parts(reader, log, win.start, win.end, "\n")),
+            size, "application/x-ndjson", headers)
+    return paging.answer(session, store, lambda reader: paging.batched(_json_log(
+        paging.structured_parts(reader, log, win.start, win.end, ","), next_token)), size, "application/json")
 
 
 def _json_log(parts: Any, next_token: str | None) -> Any:

@@ -113,10 +113,12 @@ TRY_EPOCHS = (select(ATTEMPTS, EXECUTIONS.c.seat, EXECUTIONS.c.generation)
               .order_by(ATTEMPTS.c.attempt_epoch))
 
 
-def try_epochs(session: Session, ti_id: uuid.UUID, try_number: int) -> list[Row]:
+def try_epochs(session: Session, ti_id: uuid.UUID, try_number: int, *, statement: Select = TRY_EPOCHS,
+               **params: Any) -> list[Row]:
     """The attempt records of try `try_number` of the task instance, by epoch, each with the
-    `seat` and `generation` of its execution (None when that execution is gone). One query."""
-    return list(session.execute(TRY_EPOCHS, {"ti_id": ti_id, "try": try_number}).all())
+    `seat` and `generation` of its execution (None when that execution is gone). One query:
+    `statement` may be TRY_EPOCHS with more columns a caller reads on the way (its `params`)."""
+    return list(session.execute(statement, {"ti_id": ti_id, "try": try_number, **params}).all())
 
 
 def runners(session: Session, epochs: list[TaskAttempt]) -> dict[uuid.UUID, Execution]:

@@ -11,12 +11,13 @@ Subclasses say where a chunk's bytes live: in the row (DatabaseLogStore) or in a
 row names (S3LogStore).
 """
 
+import copy
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, Row, delete, func, select
+from sqlalchemy import Engine, Row, bindparam, delete, func, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlmodel import Session
@@ -46,7 +47,9 @@ def database_faults() -> Iterator[None]:
 
 class ChunkedLogStore:
     """The LogStore contract over log_chunks rows. Reads that outlive a request (a streamed
-    answer) take short read-only connections of their own from `engine`, a page of chunks each."""
+    answer) take short read-only connections of their own from `engine`, a page of chunks each;
+    a store `within` a session reads in that session's transaction. Its statements are built
+    once, with bound values."""
 
     name: str
     columns: tuple[str, ...]  # what `_bytes` needs of a row, besides its offsets
@@ -54,6 +57,28 @@ class ChunkedLogStore:
 
     def __init__(self, name: str, engine: Engine) -> None:
         self.name, self.engine, self.reader = name, engine, reading(engine)
+        self._session: Session | None = None
+        self._size = (select(CHUNKS.c.end_offset).where(CHUNKS.c.store == self.name, CHUNKS.c.key == bindparam("key"))
+                      .order_by(CHUNKS.c.start_offset.desc()).limit(1))
+        self._sizes = (select(CHUNKS.c.key, func.max(CHUNKS.c.end_offset))
+                       .where(CHUNKS.c.store == self.name, CHUNKS.c.key.in_(bindparam("keys", expanding=True)))
+                       .group_by(CHUNKS.c.key))
+        chunks = self._select(bindparam("key"))
+
+        def chunks_from(first: bool, bounded: bool) -> Any:
+            """A page of chunks from `position` (to `end` when `bounded`): the first page holds
+            the chunk `position` falls in; chunks are contiguous, so later ones start at it."""
+            query = chunks.where(CHUNKS.c.end_offset > bindparam("position") if first
+                                 else CHUNKS.c.start_offset >= bindparam("position"))
+            return (query.where(CHUNKS.c.start_offset < bindparam("end")) if bounded else query).limit(self.page)
+        self._pages = {(first, bounded): chunks_from(first, bounded)
+                       for first in (True, False) for bounded in (True, False)}
+
+    def within(self, session: Session) -> "ChunkedLogStore":
+        """This store, reading in `session`'s transaction."""
+        bound = copy.copy(self)
+        bound._session = session
+        return bound
 
     # --- where a chunk's bytes live -------------------------------------------------------
 
@@ -73,22 +98,18 @@ class ChunkedLogStore:
 
     # --- the contract -----------------------------------------------------------------------
 
-    def _select(self, key: str) -> Any:
+    def _select(self, key: Any) -> Any:
         cols = [CHUNKS.c.start_offset, CHUNKS.c.end_offset, *(CHUNKS.c[c] for c in self.columns)]
         return (select(*cols).where(CHUNKS.c.store == self.name, CHUNKS.c.key == key)
                 .order_by(CHUNKS.c.start_offset))
 
     def size(self, key: str, *, session: Session) -> int | None:
         with database_faults():
-            return session.execute(
-                select(CHUNKS.c.end_offset).where(CHUNKS.c.store == self.name, CHUNKS.c.key == key)
-                .order_by(CHUNKS.c.start_offset.desc()).limit(1)).scalar()
+            return session.execute(self._size, {"key": key}).scalar()
 
     def sizes(self, keys: list[str], *, session: Session) -> dict[str, int | None]:
         with database_faults():
-            found = dict(session.execute(select(CHUNKS.c.key, func.max(CHUNKS.c.end_offset))
-                                         .where(CHUNKS.c.store == self.name, CHUNKS.c.key.in_(keys))
-                                         .group_by(CHUNKS.c.key)).all())
+            found = dict(session.execute(self._sizes, {"keys": keys}).all())
         return {key: found.get(key) for key in keys}
 
     def append(self, key: str, offset: int, data: bytes, *, session: Session) -> int:
@@ -122,14 +143,7 @@ class ChunkedLogStore:
     def read(self, key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         position, first = start, True
         while end is None or position < end:
-            query = self._select(key).limit(self.page)
-            # Chunks are contiguous: after the first page, the next one starts where we are.
-            query = query.where(CHUNKS.c.end_offset > position) if first else \
-                query.where(CHUNKS.c.start_offset >= position)
-            if end is not None:
-                query = query.where(CHUNKS.c.start_offset < end)
-            with database_faults(), self.reader.connect() as conn:
-                rows = conn.execute(query).all()
+            rows = self._page(self._pages[first, end is not None], {"key": key, "position": position, "end": end})
             for row in rows:
                 hi = row.end_offset if end is None else min(end, row.end_offset)
                 yield from self._bytes(row, position - row.start_offset, hi - row.start_offset)
@@ -137,6 +151,13 @@ class ChunkedLogStore:
             if len(rows) < self.page:
                 return
             first = False
+
+    def _page(self, statement: Any, params: dict[str, Any]) -> list[Row]:
+        with database_faults():
+            if self._session is not None:
+                return list(self._session.execute(statement, params).all())
+            with self.reader.connect() as conn:
+                return list(conn.execute(statement, params).all())
 
     def delete(self, keys: Iterable[str], *, session: Session) -> None:
         keys = list(keys)

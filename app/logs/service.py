@@ -99,14 +99,18 @@ def _header(try_number: int, attempt: Row | None, epoch: int, previous: Row | No
 
 
 REMOVALS = LogRemoval.__table__
-# The run's retention record, by key: a statement built once.
+# The run's retention record, by key; and a try's epochs, each row carrying it too (one read
+# instead of two). Both built once.
 REMOVED_AT = select(REMOVALS.c.removed_at).where(REMOVALS.c.dag_run_id == bindparam("run"))
+EPOCHS = history.TRY_EPOCHS.add_columns(REMOVED_AT.scalar_subquery().label("run_logs_removed_at"))
 
 
 def _removed_at(session: Session, ti: TaskInstance | Row, attempts: list[Row]) -> datetime | None:
     """When retention removed this try's log: its run's logs were removed after every epoch of
-    the try was claimed (a try claimed later, after the run was cleared, keeps its log)."""
-    removed = session.execute(REMOVED_AT, {"run": ti.dag_run_id}).scalar()
+    the try was claimed (a try claimed later, after the run was cleared, keeps its log). Read
+    off the epochs' rows; asked on its own only for a try without attempt records."""
+    removed = attempts[0].run_logs_removed_at if attempts else \
+        session.execute(REMOVED_AT, {"run": ti.dag_run_id}).scalar()
     if removed is None or any(a.claimed_at >= removed for a in attempts):
         return None
     return removed
@@ -117,7 +121,7 @@ def try_log(*, session: Session, store: LogStore, ti: TaskInstance | Row, try_nu
     sizes for them all). 404 for a try that never existed."""
     if not 1 <= try_number <= ti.try_number:
         raise not_found("try", f"Task instance {ti.id} has no try {try_number}.")
-    attempts = history.try_epochs(session, ti.id, try_number)
+    attempts = history.try_epochs(session, ti.id, try_number, statement=EPOCHS, run=ti.dag_run_id)
     removed = _removed_at(session, ti, attempts)
     by_epoch: dict[int, Row | None] = {a.attempt_epoch: a for a in attempts}
     if removed:

@@ -66,7 +66,8 @@ class LogStore(Protocol):
     sizes read while a request runs go through that request's `session` (a store that keeps its
     data or its chunk index in the database joins the request's transaction, so a refused request
     leaves nothing behind); `read` and `keys` open their own short connections, because a
-    streamed answer outlives the request's transaction."""
+    streamed answer outlives the request's transaction, unless the store is `within` a session
+    (what a request reads while it runs, in its own transaction)."""
 
     name: str  # as FENCELINE_LOG_STORE names it
 
@@ -83,6 +84,10 @@ class LogStore(Protocol):
 
     def read(self, key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         """The stream's bytes in [start, end), in chunks; nothing for a stream that does not exist."""
+
+    def within(self, session: Session) -> "LogStore":
+        """This store, its reads made in `session`'s transaction (itself, for a store that keeps
+        nothing in the database)."""
 
     def delete(self, keys: Iterable[str], *, session: Session) -> None:
         """Remove these streams (those that do not exist are skipped)."""
@@ -145,6 +150,9 @@ class FileLogStore:
 
     def sizes(self, keys: list[str], *, session: Session | None = None) -> dict[str, int | None]:
         return {key: self.size(key) for key in keys}
+
+    def within(self, session: Session) -> "FileLogStore":
+        return self
 
     def append(self, key: str, offset: int, data: bytes, *, session: Session | None = None) -> int:
         """A failed write (a full or read-only file system, an I/O error) leaves the stream as it

@@ -1,5 +1,7 @@
 """Attempt log ingest and a try's log across epochs."""
 
+import json
+
 from tests.api import Operator, Worker, assert_problem, assert_stale, task
 
 
@@ -92,6 +94,32 @@ class TestTryLog:
         put("dag/run/t/-1/1.log", b"written before the fence\n")
         text = operator.log(_ti(operator))
         assert text.count("::fenceline::") == 1 and text.endswith("written before the fence\n")
+
+    def test_every_route_reads_the_same_lines_answered_whole_or_streamed(self, operator):
+        """A small log is answered whole, read in the request's own transaction; one past
+        256 KiB is streamed on the store's own connections: each Airflow route reads the same
+        lines either way, every epoch in order."""
+        operator.create_run(task("t", max_infra_attempts=2))
+        worker = Worker(operator)
+        first = worker.claim_one()
+        first.append_log(0, "before the eviction\n")
+        first.report("unexecutable", reason="evicted")
+        second = worker.claim_one()
+        second.report("running")
+        offset = second.append_log(0, "small\n")["size"]
+        v2 = "/api/v2/dags/dag/dagRuns/run/taskInstances/t/logs/1"
+        v1 = "/api/v1/dags/dag/dagRuns/run/taskInstances/t/logs/1"
+        for extra in ([], [f"line {i} " + "x" * 90 for i in range(3_000)]):  # then 300 KB more
+            if extra:
+                second.append_log(offset, "".join(line + "\n" for line in extra))
+            expected = operator.log(_ti(operator)).splitlines()
+            assert expected[-1] == (extra[-1] if extra else "small") and len(expected) == 4 + len(extra)
+            full = operator.get(v2, params={"full_content": "true"}).json()["content"]
+            ndjson = operator.get(v2, headers={"Accept": "application/x-ndjson"}).text.splitlines()
+            text = operator.get(v1, headers={"Accept": "text/plain"}).text.splitlines()
+            assert [line["event"] for line in full] == expected
+            assert [json.loads(line)["event"] for line in ndjson] == expected
+            assert text == expected
 
     def test_unknown_try_is_404(self, operator):
         operator.create_run()

@@ -32,8 +32,10 @@ class TestStreams:
         with Session(engine) as session:
             assert store.size(KEY, session=session) == len(whole)
         assert content(store) == whole
-        for start, end in [(0, 3), (3, 6), (4, 200_000), (6, 300_006), (299_000, None), (len(whole), None)]:
-            assert content(store, KEY, start, end) == whole[start:end]
+        with Session(engine) as session:  # within a session: read in its transaction, the same bytes
+            inside = store.within(session)
+            for start, end in [(0, 3), (3, 6), (4, 200_000), (6, 300_006), (299_000, None), (len(whole), None)]:
+                assert content(store, KEY, start, end) == whole[start:end] == content(inside, KEY, start, end)
 
     def test_a_resent_chunk_is_stored_once(self, put, store):
         assert put(KEY, b"abc") == 3
