@@ -1,6 +1,7 @@
 """/api/v2: Airflow 3's read routes, shapes and errors ({"detail": …}), bearer auth."""
 
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from http import HTTPStatus
 from typing import Annotated, Any
@@ -222,17 +223,17 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
     if ndjson:
         headers = {"Airflow-Continuation-Token": next_token} if next_token else None
         return paging.answer(session, store, lambda reader: paging.batched(
-            part + "\n" for part in paging.structured_parts(reader, log, win.start, win.end, "\n")),
+            part + b"\n" for part in paging.structured_parts(reader, log, win.start, win.end, b"\n")),
             size, "application/x-ndjson", headers)
     return paging.answer(session, store, lambda reader: paging.batched(_json_log(
-        paging.structured_parts(reader, log, win.start, win.end, ","), next_token)), size, "application/json")
+        paging.structured_parts(reader, log, win.start, win.end, b","), next_token)), size, "application/json")
 
 
-def _json_log(parts: Any, next_token: str | None) -> Any:
-    yield '{"content":['
+def _json_log(parts: Iterator[bytes], next_token: str | None) -> Iterator[bytes]:
+    yield b'{"content":['
     for n, part in enumerate(parts):
-        yield ("," if n else "") + part
-    yield '],"continuation_token":' + json.dumps(next_token) + "}"
+        yield (b"," if n else b"") + part
+    yield b'],"continuation_token":' + json.dumps(next_token).encode() + b"}"
 
 
 @router.get(TI + "/{task_id}/{map_index}")

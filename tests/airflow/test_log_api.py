@@ -1,8 +1,11 @@
 """The Airflow log routes: pages, tokens, media types, tailing and legacy objects."""
 
 import base64
+import json
 import threading
 import time
+
+import pytest
 
 from tests.api import ADMIN_PASSWORD, Operator, Worker
 
@@ -44,6 +47,26 @@ class TestV2:
         assert resp.headers["content-type"].startswith("application/x-ndjson")
         assert [line for line in resp.text.splitlines()][1:] == ['{"event": "a"}', '{"event": "b"}']
         assert resp.headers["airflow-continuation-token"]
+
+    @pytest.mark.parametrize("mixed", [False, True], ids=["plain lines", "with JSON and system lines"])
+    def test_every_line_is_one_message_whatever_it_holds(self, operator, mixed):
+        """Each line is one message, its text exact: quotes, the `", "` that frames messages,
+        backslashes (a literal backslash-n too), tabs, other scripts, empty lines, with or
+        without JSON lines and system lines among them, and a last line without its newline."""
+        attempt = _running(operator)
+        lines = ['say "hi"', 'a", "b', "C:\\new\\dir", "tab\there", "中文 ünï", "", "\\n as text", "end"]
+        if mixed:
+            lines[3:3] = ['{"event": "json", "x": 1}', "::fenceline:: not really"]
+        offset = attempt.append_log(0, "\n".join(lines) + "\n")["size"]
+        attempt.append_log(offset, "no newline")
+        expected = [*("json" if line.startswith("{") else line for line in lines), "no newline"]
+        running = [m["event"] for m in operator.get(V2).json()["content"]][1:]
+        assert running == expected[:-1]  # a running log's partial line waits
+        attempt.report("success")
+        full = [m["event"] for m in operator.get(V2, params={"full_content": "true"}).json()["content"]][1:]
+        ndjson = [json.loads(line)["event"] for line in operator.get(
+            V2, headers={"Accept": "application/x-ndjson"}).text.splitlines()][1:]
+        assert full == ndjson == expected
 
     def test_unsupported_accept_is_406_and_a_forged_token_400(self, operator):
         _running(operator)
