@@ -56,6 +56,7 @@ class Figures:
     claim_latency: list[float] = field(default_factory=list)
     heartbeats: list[float] = field(default_factory=list)
     created_at: dict[str, float] = field(default_factory=dict)  # run_id -> when POST /v1/runs was sent
+    creations: list[float] = field(default_factory=list)  # how long each POST /v1/runs took
     claims: int = 0
 
 
@@ -165,6 +166,7 @@ async def fleet(server: Server, idle: int, busy: int, idle_seconds: float, runs:
             (await http.post("/v1/runs", headers=operator, json={"dag_id": "fleet", "run_id": run_id, "tasks": [
                 {"task_id": f"t{i}", "payload": {"command": ["true"]}} for i in range(tasks_per_run)]})
              ).raise_for_status()
+            figures.creations.append(time.perf_counter() - figures.created_at[run_id])
             await asyncio.sleep(0.5)
         deadline = time.monotonic() + 30
         while len(figures.claim_latency) < runs * tasks_per_run and time.monotonic() < deadline:
@@ -181,6 +183,8 @@ async def fleet(server: Server, idle: int, busy: int, idle_seconds: float, runs:
     return {
         "idle": idle, "busy": busy, "idle CPU % of a core": 100 * idle_cpu,
         "idle claims answered": idle_claims,
+        "run creation p50 ms": 1000 * percentile(figures.creations, 0.5),
+        "run creation p99 ms": 1000 * percentile(figures.creations, 0.99),
         "claim p50 ms": 1000 * percentile(figures.claim_latency, 0.5) if figures.claim_latency else float("nan"),
         "claim p99 ms": 1000 * percentile(figures.claim_latency, 0.99) if figures.claim_latency else float("nan"),
         "heartbeat p50 ms": 1000 * percentile(figures.heartbeats, 0.5) if figures.heartbeats else float("nan"),
