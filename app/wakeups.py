@@ -44,6 +44,7 @@ _PENDING, _SENT, _TIMED = "fenceline_wakeups_pending", "fenceline_wakeups_sent",
 PROMOTION_EVERY_SECONDS = 1.0
 RECONNECT_CAP_SECONDS = 10.0
 ANY_QUEUE: frozenset[str] = frozenset()  # a waiter serving every queue: woken by any work
+BUSY_QUEUE_SETS = 256  # the queue sets Hub.busy remembers (forgotten all at once beyond)
 NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 
 
@@ -165,6 +166,7 @@ class Hub:
         self._promoted_at = 0.0
         self._waiters: deque[Waiter] = deque()
         self._pending = 0  # task instances announced and, as far as this process knows, not taken
+        self._busy: set[frozenset[str]] = set()  # queue sets whose last claim came back full (busy)
         self._next_at: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -272,10 +274,22 @@ class Hub:
     def took(self, claimed: int, full: bool, queues: frozenset[str] | None = None) -> None:
         """A claim on `queues` came back with `claimed` items; `full` if it took all it asked
         for (more may be ready: the next waiter on those queues is woken while announced work
-        may remain)."""
+        may remain, and the next claim on them need not look first)."""
         self._pending = max(0, self._pending - claimed) if full else 0
+        served = queues if queues is not None else ANY_QUEUE
+        if full:
+            if len(self._busy) >= BUSY_QUEUE_SETS:
+                self._busy.clear()
+            self._busy.add(served)
+        else:
+            self._busy.discard(served)
         if full and self._pending:
             self.wake(1, queues)
+
+    def busy(self, queues: Iterable[str]) -> bool:
+        """Whether the last claim on exactly these queues took all it asked for: work is likely
+        still ready there, so a claim spares its first look (dispatch.work_ready) and claims."""
+        return frozenset(queues) in self._busy
 
     async def wait(self, timeout: float, queues: frozenset[str] | None = None, blocked: bool = False) -> bool:
         """Wait to be woken, at most `timeout` seconds, by work on `queues` (every queue when

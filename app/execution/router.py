@@ -63,18 +63,23 @@ async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -
 
 def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: list[str],
               waits: bool) -> tuple[list[WorkItem], bool]:
-    """One claim (in a worker thread of the event loop): a look that locks nothing, then, if
-    work may be there, a transaction of its own, committed only while the client is still
-    there to be handed the items (a waiting claim's client may have left); with whether ready
-    work on `queues` was held back by a pool or a cap, when it claimed nothing and `waits`."""
+    """One claim (in a worker thread of the event loop): a look that locks nothing (spared
+    while claims on these queues come back full), then, if work may be there, a transaction of
+    its own, committed only while the client is still there to be handed the items (a waiting
+    claim's client may have left); with whether ready work on `queues` was held back by a pool
+    or a cap, when it claimed nothing and `waits`."""
     state = request.app.state
     keyring, ttl = installation(request).keyring, state.settings.attempt_token_ttl_seconds
     started, items, held_back = tracing.now(), [], False
-    promote = state.wakeups.take_promotion()  # time-driven work may be due: make it ready, do not look
-    if not promote:
+    hub: wakeups.Hub = state.wakeups
+    # Time-driven work may be due: make it ready, do not look. The last claim on these queues
+    # came back full: claim, do not look (if nothing is left, the claim finds no pool to lock).
+    promote = hub.take_promotion()
+    ready = hub.busy(queues)
+    if not (promote or ready):
         with Session(state.single_statement_engine) as session:
-            look = dispatch.work_ready(session=session, execution_id=execution_id, queues=queues)
-    if promote or look:
+            ready = dispatch.work_ready(session=session, execution_id=execution_id, queues=queues)
+    if promote or ready:
         committed = False
         try:
             with Session(state.engine, expire_on_commit=False) as session:
@@ -86,7 +91,7 @@ def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: lis
                 committed = True
         finally:
             if promote and not committed:
-                state.wakeups.promotion_undone()
+                hub.promotion_undone()
         held_back = claimed.held_back
         for ti in claimed.rows:
             correlation = Correlation(

@@ -3,6 +3,7 @@
 import uuid
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import update
 from sqlmodel import Session
 
@@ -43,6 +44,18 @@ class TestClaim:
         assert problem["should_terminate"] is True
         ti = operator.ti(ti_ids(run)["a"])
         assert (ti["state"], ti["attempt_epoch"]) == ("scheduled", 0)
+
+    @pytest.mark.parametrize("left", [0, 1], ids=["nothing left", "work left"])
+    def test_right_after_a_full_claim_a_superseded_execution_still_claims_nothing(self, operator, left):
+        """A claim that took all it asked for spares the next claim on its queues the first
+        look: that claim must still refuse a superseded execution, and leave the work there."""
+        operator.create_run(*(task(f"t{i}") for i in range(1 + left)))
+        old = Worker(operator)
+        assert len(old.claim(1)) == 1  # full
+        new = old.replacement()
+        assert_problem(old.claim_response(), 409, "stale-execution")
+        assert len(new.claim(5)) == left
+        assert new.claim() == []
 
     def test_a_due_retry_whose_promotion_was_rolled_back_is_promoted_by_the_next_claim(self, operator):
         """The failure makes a retry due at once, so the next claim promotes it first: here that
