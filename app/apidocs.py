@@ -9,12 +9,14 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import FileResponse, HTMLResponse
 
+from app.routes import Route
+
 ASSETS = Path(fastapi_offline.__file__).parent / "static"
 SERVED = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
           "redoc.standalone.js": "text/javascript", "favicon.png": "image/png"}
 PREFIX = "/docs/assets"
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(route_class=Route, include_in_schema=False)
 
 
 @router.get("/docs")

@@ -14,8 +14,9 @@ from app.errors import AppError
 from app.logs.store import LogStoreFault
 from app.metrics import exposition
 from app.problems import problems
+from app.routes import Route
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(route_class=Route, tags=["operations"])
 log = logging.getLogger("fenceline.health")
 
 

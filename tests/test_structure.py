@@ -105,3 +105,12 @@ def test_every_token_kind_is_minted_in_auth_tokens():
         assert "jwt" not in {i.split(".")[0] for i in imports(module)}, f"{module} imports jwt"
         text = source(module)
         assert "tokens.mint(" not in text and '"scope":' not in text, f"{module} mints a token itself"
+
+
+def test_every_router_hops_to_a_thread_once_per_request():
+    """A router without app.routes.Route would validate a `def` endpoint's answer in a second
+    thread hop (docs/performance.md)."""
+    for module in ROUTERS:
+        for node in ast.walk(ast.parse(source(module))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "APIRouter":
+                assert any(k.arg == "route_class" for k in node.keywords), f"{module}: an APIRouter without Route"

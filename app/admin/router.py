@@ -9,8 +9,9 @@ from app.admin import snapshot
 from app.auth.deps import OperatorDep
 from app.deps import SessionDep
 from app.problems import problems
+from app.routes import Route
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=problems(401, 403))
+router = APIRouter(route_class=Route, prefix="/v1/admin", tags=["admin"], responses=problems(401, 403))
 
 
 # Sent as it is read, not through the response model: a run stored before nesting was

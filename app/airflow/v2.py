@@ -44,6 +44,7 @@ from app.deps import SessionDep, StoreDep, commit
 from app.errors import AppError, forbidden, unauthorized
 from app.orchestration.models import DagRun, TaskInstance
 from app.problems import ErrorFamily, register_error_family
+from app.routes import Route
 
 PREFIX = "/api/v2"
 
@@ -62,11 +63,12 @@ async def require_bearer_operator(request: Request, bearer: BearerDep) -> str:
 
 
 router = APIRouter(prefix=PREFIX, tags=["airflow-v2"], dependencies=[Depends(require_bearer_operator)],
+                   route_class=Route,
                    responses={401: {"description": "Not authenticated"}, 403: {"description": "Invalid JWT token"},
                               404: {"description": "Not found"}})
 # Airflow 3 serves these without a token (contract 6), and its CLI logs in outside /api/v2.
-open_router = APIRouter(prefix=PREFIX, tags=["airflow-v2"])
-cli_login_router = APIRouter(tags=["airflow-v2"])
+open_router = APIRouter(route_class=Route, prefix=PREFIX, tags=["airflow-v2"])
+cli_login_router = APIRouter(route_class=Route, tags=["airflow-v2"])
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"
 Limit = limit(50)

@@ -11,9 +11,10 @@ from app.auth import tokens
 from app.auth.deps import OperatorDep, check_password, installation, operator_token
 from app.errors import AppError
 from app.problems import problems, schema_ref
+from app.routes import Route
 from app.schemas import Strict
 
-router = APIRouter(tags=["auth"])
+router = APIRouter(route_class=Route, tags=["auth"])
 
 
 class LoginRequest(Strict):

@@ -25,8 +25,9 @@ from app.identity.schemas import (
     seat_public,
 )
 from app.problems import problems, refusals
+from app.routes import Route
 
-router = APIRouter(prefix="/v1", tags=["identity"], responses=problems(401, 403, 422))
+router = APIRouter(route_class=Route, prefix="/v1", tags=["identity"], responses=problems(401, 403, 422))
 SeatPath = Annotated[SeatName, Path(description="The seat's canonical name, e.g. etl-worker-3.")]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)]
 

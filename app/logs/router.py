@@ -15,9 +15,10 @@ from app.logs import service
 from app.metrics import log_bytes_appended
 from app.orchestration.runs import get_task_instance
 from app.problems import problems, refusals
+from app.routes import Route
 from app.schemas import Problem, Strict
 
-router = APIRouter(tags=["logs"], responses=problems(401, 403, 422))
+router = APIRouter(route_class=Route, tags=["logs"], responses=problems(401, 403, 422))
 
 
 class LogAppend(Strict):

@@ -11,9 +11,10 @@ from app.deps import SessionDep
 from app.orchestration import runs
 from app.orchestration.schemas import RunCreate, RunPublic, RunsPublic, TaskInstancePublic, run_public, ti_public
 from app.problems import problems
+from app.routes import Route
 from app.tracing import current_trace_id
 
-router = APIRouter(prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
+router = APIRouter(route_class=Route, prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
 
 
 @router.post("/runs", status_code=201, responses=problems(409))

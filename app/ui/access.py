@@ -14,11 +14,11 @@ from urllib.parse import quote, urlsplit
 from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
-from fastapi.routing import APIRoute
 
 from app.auth import tokens
 from app.auth.deps import installation
 from app.errors import AppError
+from app.routes import Route
 
 COOKIE = "fenceline_ui"
 COOKIE_PATH = "/ui"
@@ -104,11 +104,11 @@ def clear_session_cookie(response: Response) -> None:
 ErrorPage = Callable[[Request, int, str, str], Response]
 
 
-def ui_route(error_page: ErrorPage) -> type[APIRoute]:
+def ui_route(error_page: ErrorPage) -> type[Route]:
     """A route class for HTML pages: a missing login becomes a redirect, a refusal an HTML
     error page (not problem+json), and every answer carries the security headers."""
 
-    class UiRoute(APIRoute):
+    class UiRoute(Route):
         def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
             handler = super().get_route_handler()
 
