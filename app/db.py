@@ -9,6 +9,7 @@ never write.
 
 import enum
 import sqlite3
+import threading
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -80,6 +81,33 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20, pool_t
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
+
+        # A statement that commits on its own and writes (a heartbeat: `single_statements`
+        # below) waits its turn on a lock of the process (one process serves
+        # SQLite) instead of in SQLite's busy handler, which sleeps 1, 2, 5, 10, 15, 20 … ms
+        # between tries: writers that met each other waited whole sleeps (heartbeats at
+        # concurrency 8: p99 106 ms, 17 ms behind the lock, at the same rate). A statement
+        # whose turn does not come within the busy timeout goes on without it.
+        turns = threading.Lock()
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _take_turn(conn: Any, _cursor: Any, _statement: str, _params: Any, context: Any, _many: bool) -> None:
+            if (context is not None and (context.isupdate or context.isinsert or context.isdelete)
+                    and conn.get_execution_options().get("isolation_level") == AUTOCOMMIT):
+                context.fenceline_turn = turns.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+
+        def _end_turn(context: Any) -> None:
+            if getattr(context, "fenceline_turn", False):
+                context.fenceline_turn = False
+                turns.release()
+
+        @event.listens_for(engine, "after_cursor_execute")
+        def _turn_done(_conn: Any, _cursor: Any, _statement: str, _params: Any, context: Any, _many: bool) -> None:
+            _end_turn(context)
+
+        @event.listens_for(engine, "handle_error")
+        def _turn_failed(exception_context: Any) -> None:
+            _end_turn(exception_context.execution_context)
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn: Any) -> None:
