@@ -50,11 +50,13 @@ class TestV2:
 
     @pytest.mark.parametrize("mixed", [False, True], ids=["plain lines", "with JSON and system lines"])
     def test_every_line_is_one_message_whatever_it_holds(self, operator, mixed):
-        """Each line is one message, its text exact: quotes, the `", "` that frames messages,
-        backslashes (a literal backslash-n too), tabs, other scripts, empty lines, with or
-        without JSON lines and system lines among them, and a last line without its newline."""
+        """Each line is one message, its text exact: quotes, the `", "` that frames messages (in
+        a line, or at its end before the next), backslashes (a literal backslash-n too), tabs,
+        other scripts, empty lines, with or without JSON lines and system lines among them, and
+        a last line without its newline."""
         attempt = _running(operator)
-        lines = ['say "hi"', 'a", "b', "C:\\new\\dir", "tab\there", "中文 ünï", "", "\\n as text", "end"]
+        lines = ['say "hi"', 'a", "b', 'ends in a quote, a comma and a space", ',
+                 "C:\\new\\dir", "tab\there", "中文 ünï", "", "\\n as text", "end"]
         if mixed:
             lines[3:3] = ['{"event": "json", "x": 1}', "::fenceline:: not really"]
         offset = attempt.append_log(0, "\n".join(lines) + "\n")["size"]
