@@ -87,7 +87,9 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20, pool_t
         # SQLite) instead of in SQLite's busy handler, which sleeps 1, 2, 5, 10, 15, 20 … ms
         # between tries: writers that met each other waited whole sleeps (heartbeats at
         # concurrency 8: p99 106 ms, 17 ms behind the lock, at the same rate). A statement
-        # whose turn does not come within the busy timeout goes on without it.
+        # whose turn does not come within the busy timeout goes on without it. (An UPDATE …
+        # RETURNING keeps SQLite's lock until its rows are read, just after its turn: the next
+        # writer may still meet the busy handler once.)
         turns = threading.Lock()
 
         @event.listens_for(engine, "before_cursor_execute")
