@@ -10,7 +10,7 @@ from sqlmodel import Session
 from app.db import utcnow
 from app.logs.retention import Retention
 from app.orchestration.models import DagRun
-from tests.api import Operator, Worker, task
+from tests.api import Operator, Worker, task, ti_ids
 
 V2 = "/api/v2/dags/dag/dagRuns/{run}/taskInstances/t/logs/1"
 
@@ -64,6 +64,18 @@ class TestRetention:
         ended_days_ago(engine, "old", 31)  # and when the second end is old too, it goes as well
         operator.reap()
         assert "removed by retention" in operator.log(ti, 2)
+
+    def test_a_try_without_attempt_records_reads_as_removed_too(self, operator, engine, store, put):
+        """A try no claim ever ran (its log a legacy object, the task marked done) has no
+        attempt record to carry its run's removal: the removal is read on its own."""
+        run = operator.create_run(task("t"), run_id="old")
+        ti = ti_ids(run)["t"]
+        put("dag/old/t/-1/1.log", b"from before the fence\n")
+        operator.post(f"/v1/task-instances/{ti}/mark", json={"state": "success"}).raise_for_status()
+        ended_days_ago(engine, "old", 31)
+        operator.reap()
+        lines = operator.log(ti).splitlines()
+        assert len(lines) == 1 and lines[0].startswith("::fenceline:: log removed by retention on ")
 
     def test_a_sweep_removes_a_bounded_number_of_runs(self, operator, engine, store):
         for run in ("a", "b", "c"):
