@@ -5,18 +5,18 @@ reaches nothing but this server. The assets are those the `fastapi-offline` pack
 from pathlib import Path
 
 import fastapi_offline
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import HTTPException, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import FileResponse, HTMLResponse
 
-from app.routes import Route
+from app.routes import Router
 
 ASSETS = Path(fastapi_offline.__file__).parent / "static"
 SERVED = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
           "redoc.standalone.js": "text/javascript", "favicon.png": "image/png"}
 PREFIX = "/docs/assets"
 
-router = APIRouter(route_class=Route, include_in_schema=False)
+router = Router(include_in_schema=False)
 
 
 @router.get("/docs")

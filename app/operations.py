@@ -3,7 +3,7 @@
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
@@ -14,9 +14,9 @@ from app.errors import AppError
 from app.logs.store import LogStoreFault
 from app.metrics import exposition
 from app.problems import problems
-from app.routes import Route
+from app.routes import Router
 
-router = APIRouter(route_class=Route, tags=["operations"])
+router = Router(tags=["operations"])
 log = logging.getLogger("fenceline.health")
 
 

@@ -1,4 +1,5 @@
-"""The route class of every router: one thread hop per request to a plain `def` endpoint.
+"""Every router of the app (`Router`) and its route class: one thread hop per request to a
+plain `def` endpoint.
 
 FastAPI runs a `def` endpoint in its threadpool, and then validates what it answered against
 the response model in the threadpool as well: two hops per request (each a queue put, a thread
@@ -12,6 +13,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from fastapi import APIRouter
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
@@ -31,3 +33,10 @@ class Route(APIRoute):
         if not inspect.iscoroutinefunction(endpoint):
             endpoint = in_threadpool(endpoint)
         super().__init__(path, endpoint, **kwargs)
+
+
+class Router(APIRouter):
+    """FastAPI's APIRouter whose routes are Routes (or a Route subclass of the caller's)."""
+
+    def __init__(self, *, route_class: type[Route] = Route, **kwargs: Any) -> None:
+        super().__init__(route_class=route_class, **kwargs)

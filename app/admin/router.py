@@ -2,16 +2,16 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import Body
 from fastapi.responses import JSONResponse
 
 from app.admin import snapshot
 from app.auth.deps import OperatorDep
 from app.deps import SessionDep
 from app.problems import problems
-from app.routes import Route
+from app.routes import Router
 
-router = APIRouter(route_class=Route, prefix="/v1/admin", tags=["admin"], responses=problems(401, 403))
+router = Router(prefix="/v1/admin", tags=["admin"], responses=problems(401, 403))
 
 
 # Sent as it is read, not through the response model: a run stored before nesting was

@@ -5,7 +5,7 @@ from datetime import datetime
 from http import HTTPStatus
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import Depends, Header, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
@@ -21,7 +21,7 @@ from app.logs.store import LogStore
 from app.orchestration.models import DagRun
 from app.orchestration.models import TaskInstance as TaskInstanceRow
 from app.problems import ErrorFamily, problem_response, problems, register_error_family
-from app.routes import Route
+from app.routes import Router
 
 PREFIX = "/api/v1"
 ERRORS_DOC = "https://airflow.apache.org/docs/apache-airflow/2.10.0/stable-rest-api-ref.html#section/Errors/"
@@ -52,11 +52,10 @@ def require_basic_operator(request: Request, bearer: BearerDep, basic: BasicDep)
 
 
 # Operation IDs: each /api/v2 twin takes the plain name (Airflow 3's own), these add "_v1".
-router = APIRouter(prefix=PREFIX, tags=["airflow-v1"], dependencies=[Depends(require_basic_operator)],
-                   route_class=Route,
-                   generate_unique_id_function=lambda route: f"{route.name}_v1",
-                   responses={401: {"description": "Unauthenticated"}, 403: {"description": "Not an operator's token"},
-                              404: {"description": "Not found"}})
+router = Router(prefix=PREFIX, tags=["airflow-v1"], dependencies=[Depends(require_basic_operator)],
+                generate_unique_id_function=lambda route: f"{route.name}_v1",
+                responses={401: {"description": "Unauthenticated"}, 403: {"description": "Not an operator's token"},
+                           404: {"description": "Not found"}})
 Limit = limit(100)
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"

@@ -6,7 +6,7 @@ from datetime import datetime
 from http import HTTPStatus
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi import Depends, Header, Path, Request
 from fastapi.responses import JSONResponse, Response
 
 from app import __version__
@@ -44,7 +44,7 @@ from app.deps import SessionDep, StoreDep, commit
 from app.errors import AppError, forbidden, unauthorized
 from app.orchestration.models import DagRun, TaskInstance
 from app.problems import ErrorFamily, register_error_family
-from app.routes import Route
+from app.routes import Router
 
 PREFIX = "/api/v2"
 
@@ -62,13 +62,12 @@ async def require_bearer_operator(request: Request, bearer: BearerDep) -> str:
         raise forbidden("Invalid JWT token") from None
 
 
-router = APIRouter(prefix=PREFIX, tags=["airflow-v2"], dependencies=[Depends(require_bearer_operator)],
-                   route_class=Route,
-                   responses={401: {"description": "Not authenticated"}, 403: {"description": "Invalid JWT token"},
-                              404: {"description": "Not found"}})
+router = Router(prefix=PREFIX, tags=["airflow-v2"], dependencies=[Depends(require_bearer_operator)],
+                responses={401: {"description": "Not authenticated"}, 403: {"description": "Invalid JWT token"},
+                           404: {"description": "Not found"}})
 # Airflow 3 serves these without a token (contract 6), and its CLI logs in outside /api/v2.
-open_router = APIRouter(route_class=Route, prefix=PREFIX, tags=["airflow-v2"])
-cli_login_router = APIRouter(route_class=Route, tags=["airflow-v2"])
+open_router = Router(prefix=PREFIX, tags=["airflow-v2"])
+cli_login_router = Router(tags=["airflow-v2"])
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"
 Limit = limit(50)

@@ -3,7 +3,7 @@
 from typing import Annotated
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
@@ -11,10 +11,10 @@ from app.auth import tokens
 from app.auth.deps import OperatorDep, check_password, installation, operator_token
 from app.errors import AppError
 from app.problems import problems, schema_ref
-from app.routes import Route
+from app.routes import Router
 from app.schemas import Strict
 
-router = APIRouter(route_class=Route, tags=["auth"])
+router = Router(tags=["auth"])
 
 
 class LoginRequest(Strict):

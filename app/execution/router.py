@@ -3,7 +3,7 @@
 import uuid
 
 import anyio
-from fastapi import APIRouter, Request
+from fastapi import Request
 from sqlmodel import Session
 
 from app import metrics, tracing, wakeups
@@ -34,9 +34,9 @@ from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
 from app.problems import problems, refusals
-from app.routes import Route
+from app.routes import Router
 
-router = APIRouter(route_class=Route, tags=["execution"], responses=problems(401, 403, 422))
+router = Router(tags=["execution"], responses=problems(401, 403, 422))
 STALE = refusals(StaleReport)
 
 
@@ -172,7 +172,7 @@ def reap(session: SessionDep, store: StoreDep, request: Request, _: OperatorDep)
 # --- the operator rails -------------------------------------------------------------------------
 # Served here, beside the service that closes the attempt records they fence off; tagged
 # `orchestration` as they always were, so their operation ids stay the same.
-rails_router = APIRouter(route_class=Route, prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
+rails_router = Router(prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
 
 
 def _moved(ti: TaskInstance | None) -> TaskInstance:

@@ -3,7 +3,7 @@
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Request, Response
+from fastapi import Header, Path, Request, Response
 
 from app.auth import tokens
 from app.auth.deps import LauncherDep, OperatorDep, installation
@@ -25,9 +25,9 @@ from app.identity.schemas import (
     seat_public,
 )
 from app.problems import problems, refusals
-from app.routes import Route
+from app.routes import Router
 
-router = APIRouter(route_class=Route, prefix="/v1", tags=["identity"], responses=problems(401, 403, 422))
+router = Router(prefix="/v1", tags=["identity"], responses=problems(401, 403, 422))
 SeatPath = Annotated[SeatName, Path(description="The seat's canonical name, e.g. etl-worker-3.")]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)]
 

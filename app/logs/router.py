@@ -3,7 +3,7 @@
 import uuid
 from typing import Annotated, ClassVar, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -15,10 +15,10 @@ from app.logs import service
 from app.metrics import log_bytes_appended
 from app.orchestration.runs import get_task_instance
 from app.problems import problems, refusals
-from app.routes import Route
+from app.routes import Router
 from app.schemas import Problem, Strict
 
-router = APIRouter(route_class=Route, tags=["logs"], responses=problems(401, 403, 422))
+router = Router(tags=["logs"], responses=problems(401, 403, 422))
 
 
 class LogAppend(Strict):

@@ -4,17 +4,17 @@ execution/router.py, next to the service they call)."""
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from app.auth.deps import OperatorDep
 from app.deps import SessionDep
 from app.orchestration import runs
 from app.orchestration.schemas import RunCreate, RunPublic, RunsPublic, TaskInstancePublic, run_public, ti_public
 from app.problems import problems
-from app.routes import Route
+from app.routes import Router
 from app.tracing import current_trace_id
 
-router = APIRouter(route_class=Route, prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
+router = Router(prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
 
 
 @router.post("/runs", status_code=201, responses=problems(409))

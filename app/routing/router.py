@@ -2,16 +2,16 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import Path
 
 from app.auth.deps import OperatorDep
 from app.deps import SessionDep
 from app.problems import problems
-from app.routes import Route
+from app.routes import Router
 from app.routing import service
 from app.routing.schemas import PoolCreate, PoolPatch, PoolPublic, PoolsPublic, RouteName, TenantCap, TenantPublic
 
-router = APIRouter(route_class=Route, prefix="/v1", tags=["routing"], responses=problems(401, 403, 422))
+router = Router(prefix="/v1", tags=["routing"], responses=problems(401, 403, 422))
 PoolPath = Annotated[RouteName, Path(description="The pool's name, e.g. default_pool.")]
 TenantPath = Annotated[str, Path(min_length=1, max_length=250, description="A tenant_id runs name.")]
 

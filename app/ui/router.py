@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi import Depends, Form, Query, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
@@ -22,6 +22,7 @@ from app.errors import AppError
 from app.logs import service as logs
 from app.orchestration import runs
 from app.orchestration import states as s
+from app.routes import Router
 from app.ui import access, graph, timeline, views
 from app.ui.access import UiOperatorDep
 
@@ -81,7 +82,7 @@ def error_page(request: Request, status: int, title: str, detail: str) -> Respon
     return page(request, "error.html", status_code=status, title=title, detail=detail)
 
 
-router = APIRouter(prefix="/ui", include_in_schema=False, route_class=access.ui_route(error_page))
+router = Router(prefix="/ui", include_in_schema=False, route_class=access.ui_route(error_page))
 
 
 @router.get("")
