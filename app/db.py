@@ -149,6 +149,13 @@ def single_statements(engine: Engine) -> Engine:
     return engine.execution_options(isolation_level=AUTOCOMMIT)
 
 
+def one_statement(session: Session) -> None:
+    """The rest of `session`'s transaction, begun here, is one statement that commits on its own
+    (single_statements, for one request of an endpoint that otherwise takes a transaction). Call
+    it before the session's first statement."""
+    session.connection(execution_options={"isolation_level": AUTOCOMMIT})
+
+
 def is_postgres(session_or_engine: Session | Engine) -> bool:
     bind = session_or_engine.get_bind() if isinstance(session_or_engine, Session) else session_or_engine
     return bind.dialect.name == "postgresql"

@@ -6,7 +6,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Update, bindparam, insert, select, update
+from sqlalchemy import CTE, Update, bindparam, insert, select, update
 from sqlmodel import Session
 
 from app.db import utcnow
@@ -55,6 +55,17 @@ def update_attempt(session: Session, key: AttemptKey, **values: Any) -> None:
                                 attempt_epoch=key.attempt_epoch,
                                 claimed_at=values.get("started_at") or values.get("ended_at") or utcnow(), **values))
         session.flush()
+
+
+def recording(moved: CTE, **values: Any) -> CTE:
+    """PostgreSQL: the update of the records of the attempts `moved` (a CTE of the task instance
+    rows a statement moves, with their id, try_number and attempt_epoch) are, as a CTE of the
+    records' ids, so that a task instance and its attempt record move in one statement: in
+    the lock order, the task instance's row first."""
+    return (update(ATTEMPTS).where(ATTEMPTS.c.task_instance_id == moved.c.id,
+                                   ATTEMPTS.c.try_number == moved.c.try_number,
+                                   ATTEMPTS.c.attempt_epoch == moved.c.attempt_epoch)
+            .values(**values).returning(ATTEMPTS.c.id).cte(f"{moved.name}_recorded"))
 
 
 def close_attempt(session: Session, key: AttemptKey, outcome: Outcome, now: datetime) -> None:

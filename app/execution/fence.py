@@ -10,13 +10,13 @@ gets 409 stale-report with should_terminate and changes nothing.
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Row, bindparam, select, update
+from sqlalchemy import Row, bindparam, exists, select, update
 from sqlmodel import Session
 
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
-from app.db import utcnow
+from app.db import is_postgres, one_statement, utcnow
 from app.errors import AppError, unauthorized
-from app.execution.attempts import OUTCOME_KIND, close_attempt, find_attempt, update_attempt
+from app.execution.attempts import OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
 from app.execution.key import AttemptKey
 from app.execution.schemas import Report
 from app.orchestration import states as s
@@ -59,6 +59,11 @@ START = (update(TI).where(*IS_ATTEMPT, TI.c.state.in_(s.START.sources))
          .values(state=s.START.target, updated_at=bindparam("now"), started_at=bindparam("now"),
                  last_heartbeat_at=bindparam("now"), user_code_started=True)
          .returning(*FENCE_COLUMNS))
+# PostgreSQL: the start rail and the attempt record in one statement, answering whether the
+# record was there to update (an attempt dispatched before the fence existed has none).
+_STARTED = START.cte("started")
+START_RECORDED = select(_STARTED, exists(select(recording(
+    _STARTED, state=AttemptState.RUNNING, user_code_started=True, started_at=bindparam("now")).c.id)).label("recorded"))
 # The heartbeat's guard: the token's try, and its epoch when it carries one (the relaxed rule).
 BEAT = {has_epoch: update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
                                     TI.c.state.in_(s.IN_FLIGHT),
@@ -159,14 +164,20 @@ def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
 
 def _start(session: Session, key: AttemptKey, now: datetime) -> Row:
     """queued -> running (the start rail) in one guarded statement, then the attempt record;
-    `running` repeated for an attempt already running answers as before."""
-    moved = session.execute(START, {**_attempt(key), "now": now}).first()
+    `running` repeated for an attempt already running answers as before. On PostgreSQL the
+    record moves in the same statement, which, when it is the session's first, commits on its
+    own: one round trip to the database instead of four."""
+    postgres = is_postgres(session)
+    if postgres and not session.in_transaction():
+        one_statement(session)
+    moved = session.execute(START_RECORDED if postgres else START, {**_attempt(key), "now": now}).first()
     if moved is None:
         ti = _row(session, key.ti_id)
         if ti is not None and settled_by(key, ti) and ti.state == s.RUNNING:
             return ti
         raise stale_report(key, ti)
-    update_attempt(session, key, state=AttemptState.RUNNING, user_code_started=True, started_at=now)
+    if not (postgres and moved.recorded):
+        update_attempt(session, key, state=AttemptState.RUNNING, user_code_started=True, started_at=now)
     return moved
 
 

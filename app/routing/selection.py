@@ -55,7 +55,10 @@ from app.db import UTCDateTime, is_postgres, upsert_columns
 from app.orchestration.models import TI_IN_FLIGHT_STATES, TI_READY_STATE, TaskInstance
 from app.routing.models import NO_TENANT, Pool, Tenant
 
-TI = TaskInstance.__table__
+# Core tables, not the ORM entities: a statement that names an entity's attribute runs through
+# the ORM's execution path (its bulk UPDATE machinery, for the claim), which cost a claim more
+# than its statements (docs/performance.md).
+TI, POOL, TENANT = TaskInstance.__table__, Pool.__table__, Tenant.__table__
 
 
 def tenant_of(ti: Any) -> ColumnElement[str]:
@@ -116,12 +119,12 @@ def any_ready() -> ColumnElement[bool]:
 def _routes_statements(postgres: bool) -> tuple[Select, Select]:
     # A scalar probe per pool, not EXISTS: PostgreSQL may turn an EXISTS into a semi-join that
     # reads every ready row; a probe with LIMIT 1 reads one index entry.
-    some_ready = select(TI.c.id).where(TI.c.pool == Pool.name, ready_on()).limit(1).scalar_subquery()
-    pools = select(Pool.name).where(some_ready.is_not(None)).order_by(Pool.name)
-    caps = select(Tenant.tenant_id).where(Tenant.max_running.is_not(None)).order_by(Tenant.tenant_id)
+    some_ready = select(TI.c.id).where(TI.c.pool == POOL.c.name, ready_on()).limit(1).scalar_subquery()
+    pools = select(POOL.c.name).where(some_ready.is_not(None)).order_by(POOL.c.name)
+    caps = select(TENANT.c.tenant_id).where(TENANT.c.max_running.is_not(None)).order_by(TENANT.c.tenant_id)
     if postgres:  # FOR NO KEY UPDATE: claims and resizes queue on each other; a run naming the pool
         # (FOR KEY SHARE) does not.
-        return pools.with_for_update(of=Pool, key_share=True), caps.with_for_update()
+        return pools.with_for_update(of=POOL, key_share=True), caps.with_for_update()
     return pools, caps
 
 
@@ -182,9 +185,10 @@ def _groups_statement(queue_count: int, capped: bool) -> Select:
     probe of the ready index per group (a recursive walk from each group to the next tenant's).
     Run it with params(); `queue_count` is the number of queues the claim serves."""
     t = TI.alias("t")
-    busy = (select(func.coalesce(func.sum(t.c.pool_slots), 0)).where(is_in_flight(t), t.c.pool == Pool.name)
+    busy = (select(func.coalesce(func.sum(t.c.pool_slots), 0)).where(is_in_flight(t), t.c.pool == POOL.c.name)
             .scalar_subquery())
-    room = select(Pool.name.label("pool"), (Pool.slots - busy).label("open")).where(Pool.name.in_(POOLS)).cte("room")
+    room = (select(POOL.c.name.label("pool"), (POOL.c.slots - busy).label("open")).where(POOL.c.name.in_(POOLS))
+            .cte("room"))
     seeds = union_all(*(select(bindparam(f"claim_queue_{n}", type_=TI.c.queue.type).label("queue"), room.c.pool)
                         for n in range(queue_count))).cte("seeds")
 
@@ -207,16 +211,16 @@ def _groups_statement(queue_count: int, capped: bool) -> Select:
             .join(room, room.c.pool == groups.c.pool).where(groups.c.tenant.is_not(None)).cte("tops"))
     top = TI.alias("top")  # aliased: the claim's UPDATE of task_instances takes this as its subquery
     columns = [tops.c.queue, tops.c.pool, tops.c.tenant, tops.c.open, top.c.id, top.c.pool_slots,
-               top.c.priority_weight, top.c.updated_at, Tenant.last_claimed_at.label("served")]
-    best = select(*columns).join(top, top.c.id == tops.c.id).outerjoin(Tenant, Tenant.tenant_id == tops.c.tenant)
+               top.c.priority_weight, top.c.updated_at, TENANT.c.last_claimed_at.label("served")]
+    best = select(*columns).join(top, top.c.id == tops.c.id).outerjoin(TENANT, TENANT.c.tenant_id == tops.c.tenant)
     if capped:
         in_flight = select(func.count()).where(is_in_flight(t), tenant_of(t) == tops.c.tenant).scalar_subquery()
-        tenant_open = case((Tenant.max_running.is_(None), None), else_=Tenant.max_running - in_flight)
+        tenant_open = case((TENANT.c.max_running.is_(None), None), else_=TENANT.c.max_running - in_flight)
         best = best.add_columns(tenant_open.label("tenant_open")).where(
-            or_(Tenant.max_running.is_(None), tenant_open > 0))
+            or_(TENANT.c.max_running.is_(None), tenant_open > 0))
     else:
         best = best.add_columns(literal(None, Integer()).label("tenant_open"))
-    return best.order_by(top.c.priority_weight.desc(), nulls_first(Tenant.last_claimed_at), top.c.updated_at,
+    return best.order_by(top.c.priority_weight.desc(), nulls_first(TENANT.c.last_claimed_at), top.c.updated_at,
                          top.c.id).limit(LIMIT)
 
 
