@@ -6,7 +6,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import CTE, Update, bindparam, insert, select, update
+from sqlalchemy import CTE, Update, bindparam, insert, literal, select, update
 from sqlmodel import Session
 
 from app.db import utcnow
@@ -29,6 +29,17 @@ OPEN = insert(ATTEMPTS)
 
 def key_params(key: AttemptKey) -> dict[str, Any]:
     return {"key_ti_id": key.ti_id, "key_try": key.try_number, "key_epoch": key.attempt_epoch}
+
+
+def opening(claimed: CTE) -> CTE:
+    """PostgreSQL: open_attempts for the one row of `claimed` (the CTE of the row a claim of one
+    took), in the claim's own statement; the record's id bound as `attempt_id`, the time as `now`."""
+    columns = {"id": bindparam("attempt_id", type_=ATTEMPTS.c.id.type), "task_instance_id": claimed.c.id,
+               "try_number": claimed.c.try_number, "attempt_epoch": claimed.c.attempt_epoch,
+               "execution_id": claimed.c.execution_id, "state": literal(AttemptState.QUEUED, ATTEMPTS.c.state.type),
+               "user_code_started": literal(False), "claimed_at": bindparam("now", type_=ATTEMPTS.c.claimed_at.type)}
+    return (insert(ATTEMPTS).from_select(list(columns), select(*columns.values()))
+            .returning(ATTEMPTS.c.id).cte("opened"))
 
 
 def open_attempts(session: Session, claimed: list[TaskInstance], now: datetime) -> None:

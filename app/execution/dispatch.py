@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from app.db import UTCDateTime, is_postgres, utcnow
 from app.errors import AppError
-from app.execution.attempts import open_attempts
+from app.execution.attempts import open_attempts, opening
 from app.identity.models import Execution
 from app.orchestration import states as s
 from app.orchestration.rails import NEW_EXECUTION, RUNS, TI, from_sources, moved_to, promote_eligible
@@ -83,9 +83,15 @@ CLAIM = _claiming(TI.c.id.in_(bindparam("ids", expanding=True)))
 
 
 @cache
-def _claiming_one(queue_count: int, capped: bool) -> Any:
-    """The claim of one task: its choice (selection.first_choice) and its claim, one statement."""
-    return _claiming(TI.c.id == selection.first_choice(queue_count, capped))
+def _claiming_one(queue_count: int, capped: bool, postgres: bool) -> Any:
+    """The claim of one task: its choice (selection.first_choice) and its claim, one statement;
+    on PostgreSQL its tenant's turn and its attempt record too (the rows in the order a claim
+    of several writes them: the task instance, the tenant, the record)."""
+    claim = _claiming(TI.c.id == selection.first_choice(queue_count, capped))
+    if not postgres:
+        return claim
+    claimed = claim.cte("claimed")
+    return select(claimed).add_cte(selection.taking_turn(claimed), opening(claimed))
 
 
 @dataclass(frozen=True)
@@ -107,23 +113,25 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
     claimers never get the same task instance nor overfill a pool. 409 stale-execution for an
     execution that may not claim. With `promote`, time-driven work whose wait is over is made
     ready first (a caller that knows none is due spares the statement)."""
-    now = now or utcnow()
+    now, postgres = now or utcnow(), is_postgres(session)
     if promote:
-        promote_eligible(session=session, now=now, skip_locked=is_postgres(session))
+        promote_eligible(session=session, now=now, skip_locked=postgres)
     routes = selection.lock_routes(session, queues, now)
     claimer = {"now": now, "claimer": execution_id}
     if routes is None:
         claimed = []
     elif limit == 1:
-        claimed = session.execute(_claiming_one(len(queues), routes.capped),
-                                  {**selection.params(queues, now, routes, 1), **claimer}).all()
+        claimed = session.execute(_claiming_one(len(queues), routes.capped, postgres),
+                                  {**selection.params(queues, now, routes, 1), **claimer, "attempt_id": uuid.uuid4()}
+                                  ).all()
     else:  # the choice first (its cut to what fits together is Python's), then the claim by key
         chosen = selection.choose(session, routes, queues, now, limit)
         claimed = session.execute(CLAIM, {"ids": chosen, **claimer}).all() if chosen else []
     if not claimed:
         require_current_execution(session, execution_id)  # nothing claimed: say so if that is why
         return Claimed([], held_back=routes is not None)
-    selection.take_turns(session, (row.tenant_id for row in claimed), now)
-    open_attempts(session, claimed, now)
+    if not (postgres and limit == 1):  # else the claim's statement did both
+        selection.take_turns(session, (row.tenant_id for row in claimed), now)
+        open_attempts(session, claimed, now)
     claimed.sort(key=lambda ti: (ti.dag_id, ti.run_id, ti.task_id, ti.map_index))
     return Claimed(claimed)

@@ -10,13 +10,13 @@ gets 409 stale-report with should_terminate and changes nothing.
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Row, bindparam, exists, select, update
+from sqlalchemy import CTE, Row, bindparam, exists, select, update
 from sqlmodel import Session
 
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
 from app.db import is_postgres, one_statement, utcnow
 from app.errors import AppError, unauthorized
-from app.execution.attempts import OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
+from app.execution.attempts import ATTEMPTS, OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
 from app.execution.key import AttemptKey
 from app.execution.schemas import Report
 from app.orchestration import states as s
@@ -144,10 +144,14 @@ def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
     # the attempt record. The run is locked through the task instance's id, before it is read.
     if not lock_run_of(session, key.ti_id):
         raise stale_report(key, None)
+    closed = False
     if outcome.kind == "success":
-        # One guarded statement moves the row; readiness then looks only at its downstream.
+        # One guarded statement moves the row (on PostgreSQL closing the attempt record with it);
+        # readiness then looks only at its downstream.
         moved = settle_success(session=session, ti_id=key.ti_id, try_number=key.try_number,
-                               attempt_epoch=key.attempt_epoch, now=now)
+                               attempt_epoch=key.attempt_epoch, now=now, alongside=_closing_success,
+                               params={"close_reason": outcome.reason})
+        closed = moved is not None and moved.alongside_done
     else:
         ti = _read(session, key.ti_id)
         moved = (apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now, locked=True)
@@ -158,8 +162,15 @@ def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
                 and _already_applied(session, key, outcome):
             return ti
         raise stale_report(key, ti)
-    close_attempt(session, key, outcome, now)
+    if not closed:  # an attempt dispatched before the fence has no record: close_attempt makes one
+        close_attempt(session, key, outcome, now)
     return moved
+
+
+def _closing_success(settled: CTE) -> CTE:
+    """The record of the attempt the success rail moved, closed in the rail's statement."""
+    return recording(settled, state=AttemptState.SUCCESS, outcome_kind=OUTCOME_KIND["success"],
+                     reason=bindparam("close_reason", type_=ATTEMPTS.c.reason.type), ended_at=bindparam("now"))
 
 
 def _start(session: Session, key: AttemptKey, now: datetime) -> Row:

@@ -17,12 +17,28 @@ frees.
 
 import random
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Row, Update, bindparam, case, exists, func, null, select, update
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    Executable,
+    Row,
+    Update,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    null,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql
 from sqlmodel import Session
 
 from app.db import UTCDateTime, insert_ignore, is_postgres, utcnow
@@ -33,7 +49,7 @@ from app.wakeups import announce, announce_queues, announce_room, room_notificat
 
 # The tables, for the statements of the hot paths: plain Core, without the ORM's per-statement
 # bookkeeping (identity map, bulk-update evaluation), which those paths do not need.
-TI, RUNS = TaskInstance.__table__, DagRun.__table__
+TI, RUNS, HISTORY = TaskInstance.__table__, DagRun.__table__, TaskInstanceHistory.__table__
 
 
 @dataclass(frozen=True)
@@ -105,15 +121,19 @@ def cas(session: Session, ti: TaskInstance, rail: Rail, now: datetime | None = N
     return moved
 
 
+# What a try's archive copies of the row as it is, beside its key and the state it archives
+# (archive_try; on PostgreSQL also the success rail's statement).
+ARCHIVED = ("infra_attempts", "last_failure_kind", "last_failure_reason", "execution_id", "queued_at", "started_at",
+            "ended_at")
+ARCHIVE_KEY = ("task_instance_id", "try_number")  # a try is archived once
+
+
 def archive_try(session: Session, ti: TaskInstance | Row, state: str) -> None:
     """Record a finished try once; a second archive of the same try does nothing."""
     insert_ignore(session, TaskInstanceHistory, {
         "id": uuid.uuid4(), "task_instance_id": ti.id, "try_number": ti.try_number,
-        "attempt_epoch": ti.attempt_epoch, "state": state, "infra_attempts": ti.infra_attempts,
-        "last_failure_kind": ti.last_failure_kind, "last_failure_reason": ti.last_failure_reason,
-        "execution_id": ti.execution_id, "queued_at": ti.queued_at, "started_at": ti.started_at,
-        "ended_at": ti.ended_at,
-    }, ["task_instance_id", "try_number"])
+        "attempt_epoch": ti.attempt_epoch, "state": state, **{name: getattr(ti, name) for name in ARCHIVED},
+    }, [*ARCHIVE_KEY])
 
 
 def _settled(session: Session, ti: TaskInstance | None, archived_state: str | None,
@@ -309,38 +329,60 @@ SETTLE_RUN = update(RUNS).where(RUNS.c.id == bindparam("run")).values(
     updated_at=bindparam("now", type_=UTCDateTime()))
 
 
+# A statement of the caller's that rides on the row settle_success moves (PostgreSQL): given the
+# CTE of the moved row, a data-modifying CTE answering the ids of the rows it changed.
+Alongside = Callable[[CTE], CTE]
+
+
 @cache
-def _settling_success(postgres: bool) -> Update:
+def _settling_success(postgres: bool, alongside: Alongside | None) -> Executable:
     """The success rail's one statement. It answers whether another task instance of the run is
     unfinished (under the run's lock every finisher of the run has committed, and a run with an
-    unfinished task instance is running, so then the run's state stands), and on PostgreSQL it
-    announces the freed pool slot from its RETURNING (pg_notify for the row it moves), sparing
-    a statement."""
+    unfinished task instance is running, so then the run's state stands). On PostgreSQL the
+    same statement announces the freed pool slot from its RETURNING (pg_notify for the row it
+    moves), archives the try, and runs `alongside`; `alongside_done` says whether that
+    changed a row (always false on SQLite, where the caller makes its change itself)."""
     others_unfinished = exists().where(_SIBLING.c.dag_run_id == TI.c.dag_run_id, _SIBLING.c.id != TI.c.id,
                                        _SIBLING.c.state.not_in(s.FINISHED))
     columns = [*SETTLED_COLUMNS, others_unfinished.label("others_unfinished")]
     if postgres:
         columns.append(room_notification().label("room_announced"))
-    return (update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
-                             TI.c.attempt_epoch == bindparam("key_epoch"), from_sources(s.SUCCEED))
-            .values(**moved_to(s.SUCCEED, bindparam("now", type_=UTCDateTime())), ended_at=bindparam("now"))
-            .returning(*columns))
+    else:
+        columns.append(literal(False).label("alongside_done"))
+    settle = (update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
+                               TI.c.attempt_epoch == bindparam("key_epoch"), from_sources(s.SUCCEED))
+              .values(**moved_to(s.SUCCEED, bindparam("now", type_=UTCDateTime())), ended_at=bindparam("now"))
+              .returning(*columns))
+    if not postgres:
+        return settle
+    settled = settle.cte("settled")
+    archived = (postgresql.insert(HISTORY).from_select(
+        ["id", "task_instance_id", "try_number", "attempt_epoch", "state", *ARCHIVED],
+        select(bindparam("archive_id", type_=HISTORY.c.id.type), settled.c.id, settled.c.try_number,
+               settled.c.attempt_epoch, literal(s.SUCCESS, HISTORY.c.state.type),
+               *(settled.c[name] for name in ARCHIVED)))
+        .on_conflict_do_nothing(index_elements=ARCHIVE_KEY).cte("archived"))
+    done = exists(select(alongside(settled).c.id)) if alongside is not None else literal(False)
+    return select(settled, done.label("alongside_done")).add_cte(archived)
 
 
 def settle_success(*, session: Session, ti_id: uuid.UUID, try_number: int, attempt_epoch: int,
-                   now: datetime) -> Row | None:
+                   now: datetime, alongside: Alongside | None = None,
+                   params: Mapping[str, object] | None = None) -> Row | None:
     """The success rail for the attempt (ti_id, try_number, attempt_epoch) while it is in
     flight, in one guarded statement; the try archived, readiness judged for the task's
     downstream only (none for a task nothing waits on), and the run's state settled when this
-    was its last unfinished task instance. The caller holds the run's lock (lock_run_of). None
-    if the attempt is not the live one."""
+    was its last unfinished task instance. The caller holds the run's lock (lock_run_of). On
+    PostgreSQL `alongside` (with the values of its `params`) runs in the same statement, after
+    the row moved. None if the attempt is not the live one."""
     postgres = is_postgres(session)
-    moved = session.execute(_settling_success(postgres), {"key_ti": ti_id, "key_try": try_number,
-                                                          "key_epoch": attempt_epoch, "now": now}).first()
+    moved = session.execute(_settling_success(postgres, alongside), {
+        "key_ti": ti_id, "key_try": try_number, "key_epoch": attempt_epoch, "now": now, "archive_id": uuid.uuid4(),
+        **(params or {})}).first()
     if moved is not None:
         if not postgres:
             announce_room(session)
-        archive_try(session, moved, s.SUCCESS)
+            archive_try(session, moved, s.SUCCESS)
         if moved.has_downstream:
             ready_downstream(session, moved.dag_run_id, moved.task_id, now)
         elif not moved.others_unfinished:

@@ -49,6 +49,7 @@ from sqlalchemy import (
     text,
     union_all,
 )
+from sqlalchemy.dialects import postgresql
 from sqlmodel import Session
 
 from app.db import UTCDateTime, is_postgres, upsert_columns
@@ -277,6 +278,15 @@ def _fit(groups: list[Row], rows: Iterable[Row], limit: int) -> list[Any]:
         if filled[group.pool] <= group.open and (group.tenant_open is None or taken[group.tenant] <= group.tenant_open):
             chosen.append(candidate.id)
     return chosen
+
+
+def taking_turn(claimed: Any) -> Any:
+    """PostgreSQL: take_turns for the one row of `claimed` (the CTE of the row a claim of one
+    took), in the claim's own statement; run with params()."""
+    turn = postgresql.insert(TENANT).from_select(["tenant_id", "last_claimed_at"], select(tenant_of(claimed), NOW))
+    return (turn.on_conflict_do_update(index_elements=["tenant_id"],
+                                       set_={"last_claimed_at": turn.excluded.last_claimed_at})
+            .returning(TENANT.c.tenant_id).cte("turn"))
 
 
 def take_turns(session: Session, tenant_ids: Iterable[str | None], now: datetime) -> None:
