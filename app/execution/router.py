@@ -78,8 +78,8 @@ def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: lis
     promote = hub.take_promotion()
     ready = hub.busy(queues)
     if not (promote or ready):
-        with Session(state.single_statement_engine) as session:
-            ready = dispatch.work_ready(session=session, execution_id=execution_id, queues=queues)
+        with state.single_statement_engine.connect() as conn:
+            ready = dispatch.work_ready(session=conn, execution_id=execution_id, queues=queues)
     if promote or ready:
         committed = False
         try:

@@ -34,6 +34,7 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Integer,
     Row,
@@ -67,14 +68,20 @@ def tenant_of(ti: Any) -> ColumnElement[str]:
     return func.coalesce(ti.c.tenant_id, literal_column(repr(NO_TENANT)))
 
 
+def _written(state: str) -> ColumnElement[str]:
+    """A state as a literal written into the statement when it is built (bound values are not
+    rendered on every run)."""
+    return literal_column(repr(state))
+
+
 def is_ready(ti: Any) -> ColumnElement[bool]:
     """The ready index's predicate, as literals: both databases use a partial index only for a
     query that names its predicate's values."""
-    return ti.c.state == literal(TI_READY_STATE, literal_execute=True)
+    return ti.c.state == _written(TI_READY_STATE)
 
 
 def is_in_flight(ti: Any) -> ColumnElement[bool]:
-    return ti.c.state.in_([literal(state, literal_execute=True) for state in TI_IN_FLIGHT_STATES])
+    return ti.c.state.in_([_written(state) for state in TI_IN_FLIGHT_STATES])
 
 
 @dataclass(frozen=True)
@@ -88,15 +95,16 @@ class Routes:
 
 # The statements below are built once per shape, with these parameters, and run with
 # `params(...)`: building and hashing a statement of this size on every claim costs more
-# than running it.
-QUEUES, POOLS = bindparam("claim_queues", expanding=True), bindparam("claim_pools", expanding=True)
+# than running it. A claim's queues are one parameter each (claim_queue_{n}), its statements
+# built once per number of queues: a list bound to one parameter is rendered into the
+# statement on every run.
+POOLS = bindparam("claim_pools", expanding=True)
 NOW, LIMIT = bindparam("claim_now", type_=UTCDateTime()), bindparam("claim_limit", type_=Integer())
 
 
 def params(queues: Sequence[str], now: datetime, routes: Routes | None = None, limit: int = 0) -> dict[str, Any]:
     """The values of the statements' parameters for one claim."""
-    values = {"claim_queues": list(queues), "claim_now": now, "claim_pools": routes.pools if routes else [],
-              "claim_limit": limit}
+    values = {"claim_now": now, "claim_pools": routes.pools if routes else [], "claim_limit": limit}
     values.update({f"claim_queue_{n}": queue for n, queue in enumerate(queues)})
     return values
 
@@ -105,22 +113,29 @@ def eligible(ti: Any) -> ColumnElement[bool]:
     return or_(ti.c.next_eligible_at.is_(None), ti.c.next_eligible_at <= NOW)
 
 
-def ready_on(ti: Any = TI) -> ColumnElement[bool]:
-    """Ready task instances (the claim rail's source state, eligible by NOW) on QUEUES."""
-    return is_ready(ti) & ti.c.queue.in_(QUEUES) & eligible(ti)
+def queue_params(queue_count: int) -> list[BindParameter[str]]:
+    """The parameters naming a claim's `queue_count` queues."""
+    return [bindparam(f"claim_queue_{n}", type_=TI.c.queue.type) for n in range(queue_count)]
 
 
-def any_ready() -> ColumnElement[bool]:
-    """Whether any task instance is ready on QUEUES at NOW (one probe of the ready index per
-    queue); run with params()."""
-    return select(TI.c.id).where(ready_on()).limit(1).scalar_subquery().is_not(None)
+def ready_on(queue_count: int, ti: Any = TI) -> ColumnElement[bool]:
+    """Ready task instances (the claim rail's source state, eligible by NOW) on the claim's
+    `queue_count` queues."""
+    return is_ready(ti) & ti.c.queue.in_(queue_params(queue_count)) & eligible(ti)
+
+
+def any_ready(queue_count: int) -> ColumnElement[bool]:
+    """Whether any task instance is ready on the claim's `queue_count` queues at NOW (one probe
+    of the ready index per queue); run with params()."""
+    return select(TI.c.id).where(ready_on(queue_count)).limit(1).scalar_subquery().is_not(None)
 
 
 @cache
-def _routes_statements(postgres: bool) -> tuple[Select, Select]:
+def _routes_statements(postgres: bool, queue_count: int) -> tuple[Select, Select]:
     # A scalar probe per pool, not EXISTS: PostgreSQL may turn an EXISTS into a semi-join that
     # reads every ready row; a probe with LIMIT 1 reads one index entry.
-    some_ready = select(TI.c.id).where(TI.c.pool == POOL.c.name, ready_on()).limit(1).scalar_subquery()
+    some_ready = (select(TI.c.id).where(TI.c.pool == POOL.c.name, ready_on(queue_count)).limit(1)
+                  .scalar_subquery())
     pools = select(POOL.c.name).where(some_ready.is_not(None)).order_by(POOL.c.name)
     caps = select(TENANT.c.tenant_id).where(TENANT.c.max_running.is_not(None)).order_by(TENANT.c.tenant_id)
     if postgres:  # FOR NO KEY UPDATE: claims and resizes queue on each other; a run naming the pool
@@ -139,7 +154,7 @@ def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Route
     until it commits. A claim that took a tenant's turn (take_turns) before a new cap on that
     tenant, while another claim that sees the cap holds the tenant and waits on this one's
     capped tenants, would otherwise deadlock with it."""
-    pools, caps = _routes_statements(is_postgres(session))
+    pools, caps = _routes_statements(is_postgres(session), len(queues))
     names = session.execute(pools, params(queues, now)).scalars().all()
     if not names:
         return None
@@ -190,8 +205,7 @@ def _groups_statement(queue_count: int, capped: bool) -> Select:
             .scalar_subquery())
     room = (select(POOL.c.name.label("pool"), (POOL.c.slots - busy).label("open")).where(POOL.c.name.in_(POOLS))
             .cte("room"))
-    seeds = union_all(*(select(bindparam(f"claim_queue_{n}", type_=TI.c.queue.type).label("queue"), room.c.pool)
-                        for n in range(queue_count))).cte("seeds")
+    seeds = union_all(*(select(queue.label("queue"), room.c.pool) for queue in queue_params(queue_count))).cte("seeds")
 
     def first_tenant(queue: Any, pool: Any, after: Any = None) -> Any:
         where = [is_ready(t), t.c.queue == queue, t.c.pool == pool]
