@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import CTE, Update, bindparam, insert, literal, select, update
 from sqlmodel import Session
 
-from app.db import utcnow
+from app.db import insert_ignore, utcnow
 from app.execution.key import AttemptKey
 from app.execution.models import TaskAttempt
 from app.orchestration.models import TaskInstance
@@ -77,6 +77,17 @@ def recording(moved: CTE, **values: Any) -> CTE:
                                    ATTEMPTS.c.try_number == moved.c.try_number,
                                    ATTEMPTS.c.attempt_epoch == moved.c.attempt_epoch)
             .values(**values).returning(ATTEMPTS.c.id).cte(f"{moved.name}_recorded"))
+
+
+def record_once(session: Session, key: AttemptKey, **values: Any) -> None:
+    """Make the record of `key`, with `values`, unless it exists: for an attempt dispatched
+    before the fence (it has no record) whose start committed on its own (fence `_start`), so
+    that its outcome may have made the record meanwhile; that record stands."""
+    insert_ignore(session, TaskAttempt, {
+        "id": uuid.uuid4(), "task_instance_id": key.ti_id, "try_number": key.try_number,
+        "attempt_epoch": key.attempt_epoch, "state": AttemptState.QUEUED, "user_code_started": False,
+        "claimed_at": values.get("started_at") or utcnow(), **values,
+    }, ["task_instance_id", "try_number", "attempt_epoch"])
 
 
 def close_attempt(session: Session, key: AttemptKey, outcome: Outcome, now: datetime) -> None:

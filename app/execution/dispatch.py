@@ -89,8 +89,8 @@ CLAIM = _claiming(TI.c.id.in_(bindparam("ids", expanding=True)))
 @cache
 def _claiming_one(queue_count: int, capped: bool, postgres: bool) -> Any:
     """The claim of one task: its choice (selection.first_choice) and its claim, one statement;
-    on PostgreSQL its tenant's turn and its attempt record too (the rows in the order a claim
-    of several writes them: the task instance, the tenant, the record)."""
+    on PostgreSQL its tenant's turn and its attempt record too, which read the claimed row (so
+    its lock comes first)."""
     claim = _claiming(TI.c.id == selection.first_choice(queue_count, capped))
     if not postgres:
         return claim

@@ -330,7 +330,8 @@ SETTLE_RUN = update(RUNS).where(RUNS.c.id == bindparam("run")).values(
 
 
 # A statement of the caller's that rides on the row settle_success moves (PostgreSQL): given the
-# CTE of the moved row, a data-modifying CTE answering the ids of the rows it changed.
+# CTE of the moved row, a data-modifying CTE answering the ids of the rows it changed. Pass a
+# module-level function: the statement is built once per function (functools.cache).
 Alongside = Callable[[CTE], CTE]
 
 
