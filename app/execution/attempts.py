@@ -57,15 +57,17 @@ def _updating(columns: tuple[str, ...]) -> Update:
 
 
 def update_attempt(session: Session, key: AttemptKey, **values: Any) -> None:
-    """Update the record of `key`; an attempt dispatched before the fence existed has none, so
-    one is made."""
+    """Update the record of `key`. An attempt dispatched before the fence existed has none, so
+    one is made, unless it was made meanwhile (a start that commits on its own, fence `_start`,
+    may meet its outcome making it): a record made first stands."""
     updated = session.execute(_updating(tuple(sorted(values))),
                               {**key_params(key), **{f"set_{name}": v for name, v in values.items()}}).rowcount
     if not updated:
-        session.add(TaskAttempt(task_instance_id=key.ti_id, try_number=key.try_number,
-                                attempt_epoch=key.attempt_epoch,
-                                claimed_at=values.get("started_at") or values.get("ended_at") or utcnow(), **values))
-        session.flush()
+        insert_ignore(session, TaskAttempt, {
+            "id": uuid.uuid4(), "task_instance_id": key.ti_id, "try_number": key.try_number,
+            "attempt_epoch": key.attempt_epoch, "state": AttemptState.QUEUED, "user_code_started": False,
+            "claimed_at": values.get("started_at") or values.get("ended_at") or utcnow(), **values,
+        }, ["task_instance_id", "try_number", "attempt_epoch"])
 
 
 def recording(moved: CTE, **values: Any) -> CTE:
@@ -77,17 +79,6 @@ def recording(moved: CTE, **values: Any) -> CTE:
                                    ATTEMPTS.c.try_number == moved.c.try_number,
                                    ATTEMPTS.c.attempt_epoch == moved.c.attempt_epoch)
             .values(**values).returning(ATTEMPTS.c.id).cte(f"{moved.name}_recorded"))
-
-
-def record_once(session: Session, key: AttemptKey, **values: Any) -> None:
-    """Make the record of `key`, with `values`, unless it exists: for an attempt dispatched
-    before the fence (it has no record) whose start committed on its own (fence `_start`), so
-    that its outcome may have made the record meanwhile; that record stands."""
-    insert_ignore(session, TaskAttempt, {
-        "id": uuid.uuid4(), "task_instance_id": key.ti_id, "try_number": key.try_number,
-        "attempt_epoch": key.attempt_epoch, "state": AttemptState.QUEUED, "user_code_started": False,
-        "claimed_at": values.get("started_at") or utcnow(), **values,
-    }, ["task_instance_id", "try_number", "attempt_epoch"])
 
 
 def close_attempt(session: Session, key: AttemptKey, outcome: Outcome, now: datetime) -> None:

@@ -16,15 +16,7 @@ from sqlmodel import Session
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
 from app.db import is_postgres, one_statement, utcnow
 from app.errors import AppError, unauthorized
-from app.execution.attempts import (
-    ATTEMPTS,
-    OUTCOME_KIND,
-    close_attempt,
-    find_attempt,
-    record_once,
-    recording,
-    update_attempt,
-)
+from app.execution.attempts import ATTEMPTS, OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
 from app.execution.key import AttemptKey
 from app.execution.schemas import Report
 from app.orchestration import states as s
@@ -195,11 +187,8 @@ def _start(session: Session, key: AttemptKey, now: datetime) -> Row:
         if ti is not None and settled_by(key, ti) and ti.state == s.RUNNING:
             return ti
         raise stale_report(key, ti)
-    started = {"state": AttemptState.RUNNING, "user_code_started": True, "started_at": now}
-    if not postgres:
-        update_attempt(session, key, **started)
-    elif not moved.recorded:  # no record (dispatched before the fence); the start has committed
-        record_once(session, key, **started)
+    if not (postgres and moved.recorded):
+        update_attempt(session, key, state=AttemptState.RUNNING, user_code_started=True, started_at=now)
     return moved
 
 

@@ -13,6 +13,27 @@ class TestReport:
                           "should_terminate": False}
         assert operator.ti(attempt.ti_id)["state"] == "success"
 
+    def test_the_attempt_record_follows_claim_running_and_success(self, operator):
+        """Contract 2.8: the record of the epoch names its execution, its outcome and the
+        reason given, and its claim, start and end in that order (PostgreSQL writes them in
+        the claim's, the start's and the success's own statements)."""
+        operator.create_run(task("a"))
+        worker = Worker(operator)
+        attempt = worker.claim_one()
+        (claimed,) = operator.attempts(attempt.ti_id)
+        assert (claimed["state"], claimed["execution_id"], claimed["user_code_started"], claimed["started_at"],
+                claimed["ended_at"]) == ("queued", worker.execution_id, False, None, None)
+        attempt.report("running")
+        (started,) = operator.attempts(attempt.ti_id)
+        assert (started["state"], started["user_code_started"], started["ended_at"]) == ("running", True, None)
+        attempt.report("success", reason="all rows loaded")
+        (record,) = operator.attempts(attempt.ti_id)
+        assert (record["attempt_epoch"], record["execution_id"], record["state"], record["outcome_kind"],
+                record["reason"], record["user_code_started"]) == (
+            1, worker.execution_id, "success", "success", "all rows loaded", True)
+        assert record["claimed_at"] == claimed["claimed_at"] <= record["started_at"] == started["started_at"] \
+            <= record["ended_at"]
+
     def test_superseded_outcome_is_stale_and_the_replacement_untouched(self, operator):
         old, new = superseded(operator)
         before_ti, before_attempts = operator.ti(new.ti_id), operator.attempts(new.ti_id)
