@@ -14,7 +14,7 @@ from sqlalchemy import CTE, Row, bindparam, exists, select, update
 from sqlmodel import Session
 
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
-from app.db import is_postgres, one_statement, utcnow
+from app.db import is_postgres, one_of, one_statement, utcnow
 from app.errors import AppError, unauthorized
 from app.execution.attempts import ATTEMPTS, OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
 from app.execution.key import AttemptKey
@@ -55,7 +55,7 @@ def _read(session: Session, ti_id: uuid.UUID) -> TaskInstance | None:
 ROW = select(*FENCE_COLUMNS).where(TI.c.id == bindparam("ti_id"))
 IS_ATTEMPT = (TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
               TI.c.attempt_epoch == bindparam("key_epoch"))  # the settle rule, as a guard
-START = (update(TI).where(*IS_ATTEMPT, TI.c.state.in_(s.START.sources))
+START = (update(TI).where(*IS_ATTEMPT, one_of(TI.c.state, s.START.sources))
          .values(state=s.START.target, updated_at=bindparam("now"), started_at=bindparam("now"),
                  last_heartbeat_at=bindparam("now"), user_code_started=True)
          .returning(*FENCE_COLUMNS))
@@ -66,7 +66,7 @@ START_RECORDED = select(_STARTED, exists(select(recording(
     _STARTED, state=AttemptState.RUNNING, user_code_started=True, started_at=bindparam("now")).c.id)).label("recorded"))
 # The heartbeat's guard: the token's try, and its epoch when it carries one (the relaxed rule).
 BEAT = {has_epoch: update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
-                                    TI.c.state.in_(s.IN_FLIGHT),
+                                    one_of(TI.c.state, s.IN_FLIGHT),
                                     *([TI.c.attempt_epoch == bindparam("key_epoch")] if has_epoch else []))
         .values(last_heartbeat_at=bindparam("now")).returning(*FENCE_COLUMNS)
         for has_epoch in (False, True)}

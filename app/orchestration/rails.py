@@ -41,7 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlmodel import Session
 
-from app.db import UTCDateTime, insert_ignore, is_postgres, utcnow
+from app.db import UTCDateTime, insert_ignore, is_postgres, one_of, utcnow
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from app.orchestration.states import Rail
@@ -86,7 +86,7 @@ NO_FAILURE = {"last_failure_kind": None, "last_failure_reason": None}
 
 def from_sources(rail: Rail) -> ColumnElement[bool]:
     """The guard every statement of `rail` carries: the row is in one of its source states."""
-    return TI.c.state.in_(rail.sources)
+    return one_of(TI.c.state, rail.sources)
 
 
 def moved_to(rail: Rail, now: datetime) -> dict[str, Any]:
@@ -215,13 +215,13 @@ def _promoting(skip_locked: bool, rail: Rail | None) -> Update:
     rails = list(PROMOTIONS) if rail is None else [rail]
     sources = sorted(set().union(*(r.sources for r in rails)))
     now = bindparam("now", type_=UTCDateTime())
-    due = select(TI.c.id).where(TI.c.state.in_(sources), TI.c.next_eligible_at <= now)
+    due = select(TI.c.id).where(one_of(TI.c.state, sources), TI.c.next_eligible_at <= now)
     if skip_locked:
         due = due.with_for_update(skip_locked=True)
     by_state = {column: case(*((from_sources(r), PROMOTIONS[r][column]) for r in rails if column in PROMOTIONS[r]),
                              else_=TI.c[column])
                 for column in {column for r in rails for column in PROMOTIONS[r]}}
-    return (update(TI).where(TI.c.id.in_(due), TI.c.state.in_(sources))
+    return (update(TI).where(TI.c.id.in_(due), one_of(TI.c.state, sources))
             .values(**moved_to(rails[0], now), next_eligible_at=None, **NEW_EXECUTION, **by_state)
             .returning(TI.c.queue))
 

@@ -53,7 +53,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlmodel import Session
 
-from app.db import UTCDateTime, is_postgres, upsert_columns
+from app.db import UTCDateTime, is_postgres, one_of, upsert_columns, written
 from app.orchestration.models import TI_IN_FLIGHT_STATES, TI_READY_STATE, TaskInstance
 from app.routing.models import NO_TENANT, Pool, Tenant
 
@@ -68,20 +68,14 @@ def tenant_of(ti: Any) -> ColumnElement[str]:
     return func.coalesce(ti.c.tenant_id, literal_column(repr(NO_TENANT)))
 
 
-def _written(state: str) -> ColumnElement[str]:
-    """A state as a literal written into the statement when it is built (bound values are not
-    rendered on every run)."""
-    return literal_column(repr(state))
-
-
 def is_ready(ti: Any) -> ColumnElement[bool]:
     """The ready index's predicate, as literals: both databases use a partial index only for a
     query that names its predicate's values."""
-    return ti.c.state == _written(TI_READY_STATE)
+    return ti.c.state == written(TI_READY_STATE)
 
 
 def is_in_flight(ti: Any) -> ColumnElement[bool]:
-    return ti.c.state.in_([_written(state) for state in TI_IN_FLIGHT_STATES])
+    return one_of(ti.c.state, TI_IN_FLIGHT_STATES)
 
 
 @dataclass(frozen=True)
