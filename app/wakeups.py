@@ -16,12 +16,20 @@ last look found ready work on their queues that a pool or a cap held back ("bloc
 other (a waiter that found nothing ready can only be helped by new work, which names its queue).
 An event that names no queue (a promotion's, the timer's, a resynchronisation) wakes the oldest
 waiter of each distinct set of queues.
+
+What this process has heard also spares looks (`Hub.quiet`): once a waiting claim's look found
+nothing ready on its queues, and its execution current, the next waiting claim of that
+execution on those queues need not look again while the listener has stayed connected and no
+event has named any of those queues (or none) since. A `stale` event (an execution superseded
+or observed terminal) takes the execution's standing away and wakes its waiting claims, which
+then look and are told to terminate.
 """
 
 import asyncio
 import json
 import logging
 import time
+import uuid
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -44,7 +52,9 @@ _PENDING, _SENT, _TIMED = "fenceline_wakeups_pending", "fenceline_wakeups_sent",
 PROMOTION_EVERY_SECONDS = 1.0
 RECONNECT_CAP_SECONDS = 10.0
 ANY_QUEUE: frozenset[str] = frozenset()  # a waiter serving every queue: woken by any work
-BUSY_QUEUE_SETS = 256  # the queue sets Hub.busy remembers (forgotten all at once beyond)
+BUSY_QUEUE_SETS = 256  # the queue sets Hub.busy and Hub.quiet remember (forgotten all at once beyond)
+HEARD_QUEUES = 4096  # the queues whose last event Hub.quiet remembers (beyond: as if every queue was named)
+STANDING_EXECUTIONS = 100_000  # the executions Hub.quiet remembers as current (forgotten all at once beyond)
 NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 
 
@@ -52,12 +62,13 @@ NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 class Ready:
     """`count` task instances (None: unknown, at least one) on `queue` (None: any) become
     claimable at `at` (Unix seconds; None: now); or, with `room`, work held back by a pool or a
-    cap may now fit."""
+    cap may now fit; or, with `stale`, that execution may claim no more."""
 
     count: int | None = None
     at: float | None = None
     queue: str | None = None
     room: bool | None = None
+    stale: str | None = None
 
     def payload(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, separators=(",", ":"))
@@ -67,19 +78,22 @@ class Ready:
         """The event a payload names; an unreadable one is taken as "something, now"."""
         try:
             fields = json.loads(payload) if payload else {}
-            count, at, queue = fields.get("count"), fields.get("at"), fields.get("queue")
+            count, at, queue, stale = fields.get("count"), fields.get("at"), fields.get("queue"), fields.get("stale")
             return cls(int(count) if count is not None else None, float(at) if at is not None else None,
-                       str(queue) if queue is not None else None, bool(fields.get("room")) or None)
+                       str(queue) if queue is not None else None, bool(fields.get("room")) or None,
+                       str(uuid.UUID(stale)) if stale is not None else None)
         except (ValueError, TypeError, AttributeError):
             return cls()
 
 
 def announce(session: Session, *, count: int | None = None, at: datetime | None = None, queue: str | None = None,
-             room: bool = False) -> None:
+             room: bool = False, stale: uuid.UUID | None = None) -> None:
     """Tell waiting claimers, when `session`'s transaction commits, that `count` task instances
     on `queue` become claimable at `at` (now when None); with `room`, that a pool slot or a
-    tenant place was freed or added. Nothing is told if the transaction rolls back."""
-    ready = Ready(count, at.timestamp() if at is not None else None, queue, room or None)
+    tenant place was freed or added; with `stale`, that this execution may claim no more.
+    Nothing is told if the transaction rolls back."""
+    ready = Ready(count, at.timestamp() if at is not None else None, queue, room or None,
+                  str(stale) if stale is not None else None)
     if at is not None:
         session.info[_TIMED] = True  # this process's claims take the time-driven rails once it commits
     if session.get_bind().dialect.name == "postgresql":
@@ -103,6 +117,11 @@ def announce_room(session: Session) -> None:
     announce(session, room=True)
 
 
+def announce_stale(session: Session, execution_id: uuid.UUID) -> None:
+    """Announce that `execution_id` was superseded or observed terminal: it may claim no more."""
+    announce(session, stale=execution_id)
+
+
 def room_notification() -> ColumnElement[Any]:
     """PostgreSQL: announce_room as a column, for the RETURNING of a statement that moves a row
     out of flight (evaluated once per row moved, delivered on commit, like announce_room)."""
@@ -117,6 +136,8 @@ _local_hubs: dict[str, set["Hub"]] = {}
 
 @event.listens_for(Session, "after_commit")
 def _after_commit(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint's release: the events wait for the transaction's own commit
     session.info.pop(_SENT, None)
     pending, timed = session.info.pop(_PENDING, None), session.info.pop(_TIMED, False)
     if pending or timed:
@@ -129,18 +150,22 @@ def _after_commit(session: Session) -> None:
 
 @event.listens_for(Session, "after_rollback")
 def _after_rollback(session: Session) -> None:
-    for key in (_SENT, _PENDING, _TIMED):
+    session.info.pop(_SENT, None)  # PostgreSQL drops a rolled-back savepoint's NOTIFYs: send again if told again
+    if session.in_nested_transaction():
+        return  # a savepoint's: what was announced may still commit (an event too many wakes a look, no more)
+    for key in (_PENDING, _TIMED):
         session.info.pop(key, None)
 
 
 @dataclass(eq=False)
 class Waiter:
-    """A waiting claim: the queues it serves, and whether its last look found ready work on
-    them that a pool or a cap held back."""
+    """A waiting claim: the queues it serves, whether its last look found ready work on them
+    that a pool or a cap held back, and the execution it claims for."""
 
     future: "asyncio.Future[None]"
     queues: frozenset[str]
     blocked: bool = False
+    claimer: uuid.UUID | None = None
 
     def serves(self, queues: frozenset[str] | None) -> bool:
         return queues is None or not self.queues or not self.queues.isdisjoint(queues)
@@ -150,7 +175,7 @@ class Hub:
     """One process's waiting claims and its timer on the earliest time-driven readiness.
 
     `next_due()` (blocking; run in a thread) answers the earliest `next_eligible_at` still to
-    come, in Unix seconds, or None. Everything else runs on the event loop.
+    come, in Unix seconds, or None. Everything else runs on the event loop, but looked_empty.
     """
 
     def __init__(self, engine: Engine, next_due: Callable[[], float | None], claim_threads: int) -> None:
@@ -167,6 +192,15 @@ class Hub:
         self._waiters: deque[Waiter] = deque()
         self._pending = 0  # task instances announced and, as far as this process knows, not taken
         self._busy: set[frozenset[str]] = set()  # queue sets whose last claim came back full (busy)
+        # For quiet(): whether every event reaches this hub now (PostgreSQL: while listening),
+        # the generation of the last event naming each queue, naming none, and of the last stale
+        # execution; the generation before the last look that found each queue set empty, and
+        # before the last look that found each execution current.
+        self._hearing = False
+        self._heard: dict[str, int] = {}
+        self._heard_all = self._heard_stale = 0
+        self._empty: dict[frozenset[str], int] = {}
+        self._current: dict[uuid.UUID, int] = {}
         self._next_at: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -186,6 +220,7 @@ class Hub:
         if self.engine.dialect.name == "postgresql":
             self._spawn(self._listen())  # resynchronises once it listens
         else:
+            self._hearing = True  # one process: every commit's events come to this hub
             self._resync()
 
     async def stop(self) -> None:
@@ -219,14 +254,24 @@ class Hub:
         if ready.at is not None or ready == Ready():  # due now, or something unknown (a resync)
             self.promotion_due = True
         self.generation += 1
+        if ready.stale is not None:  # every execution's standing is to be looked at again
+            stale = uuid.UUID(ready.stale)
+            self._heard_stale = self.generation
+            self._wake_where(lambda waiter: waiter.claimer == stale)  # to be told to terminate
+            return
         if ready.room:
             self._wake_where(lambda waiter: waiter.blocked)
             return
         count = ready.count if ready.count is not None else 1
         self._pending += count
         if ready.queue is not None:
+            if len(self._heard) >= HEARD_QUEUES:
+                self._heard.clear()
+                self._heard_all = self.generation
+            self._heard[ready.queue] = self.generation
             self.wake(count, frozenset((ready.queue,)))
             return
+        self._heard_all = self.generation
         per_queues: Counter[frozenset[str]] = Counter()
 
         def first_of_its_queues(waiter: Waiter) -> bool:
@@ -286,17 +331,41 @@ class Hub:
         if full and self._pending:
             self.wake(1, queues)
 
+    def quiet(self, claimer: uuid.UUID, queues: Iterable[str]) -> bool:
+        """Whether a look for `claimer` on exactly these queues is known to find nothing ready
+        and the execution current: since a look found so (looked_empty), every event has reached
+        this hub and none named these queues, or no queue, or `claimer` as stale. A waiting claim
+        then spares its look and waits (what makes work ready later wakes it). Never for a claim
+        that does not wait: an event committed elsewhere may still be on its way."""
+        served = frozenset(queues)
+        empty, current = self._empty.get(served), self._current.get(claimer)
+        if not (self._hearing and served and empty is not None and current is not None):
+            return False
+        return (empty >= self._heard_all and current >= self._heard_stale
+                and all(self._heard.get(queue, 0) <= empty for queue in served))
+
+    def looked_empty(self, claimer: uuid.UUID, queues: Iterable[str], seen: int) -> None:
+        """A look begun at generation `seen` found `claimer` current and nothing ready on
+        `queues`. Safe from a claim's worker thread: it only records, and quiet() (on the event
+        loop) weighs the record against every event after `seen`."""
+        for marks, limit in ((self._empty, BUSY_QUEUE_SETS), (self._current, STANDING_EXECUTIONS)):
+            if len(marks) >= limit:
+                marks.clear()
+        self._empty[frozenset(queues)] = seen
+        self._current[claimer] = seen
+
     def busy(self, queues: Iterable[str]) -> bool:
         """Whether the last claim on exactly these queues took all it asked for: work is likely
         still ready there, so a claim spares its first look (dispatch.work_ready) and claims."""
         return frozenset(queues) in self._busy
 
-    async def wait(self, timeout: float, queues: frozenset[str] | None = None, blocked: bool = False) -> bool:
+    async def wait(self, timeout: float, queues: frozenset[str] | None = None, blocked: bool = False,
+                   claimer: uuid.UUID | None = None) -> bool:
         """Wait to be woken, at most `timeout` seconds, by work on `queues` (every queue when
-        None) or, if `blocked` (ready work on them was held back), by freed room; True if
-        woken."""
+        None), if `blocked` (ready work on them was held back) by freed room, or by `claimer`
+        turning stale; True if woken."""
         assert self._loop is not None, "the hub has not started"
-        waiter = Waiter(self._loop.create_future(), queues if queues is not None else ANY_QUEUE, blocked)
+        waiter = Waiter(self._loop.create_future(), queues if queues is not None else ANY_QUEUE, blocked, claimer)
         self._waiters.append(waiter)
         try:
             await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
@@ -350,24 +419,26 @@ class Hub:
                 async with await psycopg.AsyncConnection.connect(
                         conninfo, autocommit=True, keepalives=1, keepalives_idle=30) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
-                    self._resync()
-                    delay = 0.5
+                    self._resync()  # what was looked at before may have changed unheard
+                    self._hearing, delay = True, 0.5
                     async for note in conn.notifies():
                         self.deliver(Ready.parse(note.payload))
             except psycopg.Error as exc:
                 log.warning("wake-up listener lost its connection (%s); reconnecting in %.1fs", exc, delay)
+            finally:
+                self._hearing = False
             await asyncio.sleep(delay)
             delay = min(RECONNECT_CAP_SECONDS, delay * 2)
 
 
 async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T], bool]]], *, limit: int,
                         seconds: float, gone: Callable[[], Awaitable[bool]],
-                        queues: Iterable[str] | None = None) -> list[T]:
-    """`attempt()` (one claim of up to `limit` on `queues`, answering its items and whether
-    ready work on them was held back by a pool or a cap) until it answers something or
-    `seconds` have passed, waiting for wake-ups on those queues in between. Nothing is claimed
-    once `gone()` (the client left); a waiter that was woken and does not claim passes its
-    wake on."""
+                        queues: Iterable[str] | None = None, claimer: uuid.UUID | None = None) -> list[T]:
+    """`attempt()` (one claim of up to `limit` on `queues` for `claimer`, answering its items
+    and whether ready work on them was held back by a pool or a cap) until it answers something
+    or `seconds` have passed, waiting for wake-ups on those queues in between. Nothing is
+    claimed once `gone()` (the client left); a waiter that was woken and does not claim passes
+    its wake on."""
     served = frozenset(queues) if queues is not None else None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
@@ -389,6 +460,6 @@ async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T],
         if items or remaining <= 0:
             return items
         # An event during the claim: look again.
-        woken = hub.generation != seen or await hub.wait(remaining, served, blocked)
+        woken = hub.generation != seen or await hub.wait(remaining, served, blocked, claimer)
         if not woken:
             return []

@@ -55,31 +55,41 @@ async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -
     some is claimed), holding neither a thread nor a database connection while waiting."""
     hub: wakeups.Hub = request.app.state.wakeups
     waits = body.wait_seconds > 0
-    items = await wakeups.wait_for_work(
-        hub, lambda: anyio.to_thread.run_sync(claim_now, request, execution_id, body.limit, body.queues, waits,
-                                              limiter=hub.claim_limiter),
-        limit=body.limit, seconds=body.wait_seconds, gone=request.is_disconnected, queues=body.queues)
+
+    async def attempt() -> tuple[list[WorkItem], bool]:
+        # Time-driven work may be due: make it ready, do not look. The last claim on these
+        # queues came back full: claim, do not look (if nothing is left, the claim finds no pool
+        # to lock). A claim that waits, when nothing was heard since its last look found
+        # nothing: neither look nor claim (not even a thread), wait.
+        promote, busy = hub.take_promotion(), hub.busy(body.queues)
+        if not (promote or busy) and waits and hub.quiet(execution_id, body.queues):
+            return [], False
+        return await anyio.to_thread.run_sync(claim_now, request, execution_id, body.limit, body.queues, waits,
+                                              promote, busy, hub.generation, limiter=hub.claim_limiter)
+
+    items = await wakeups.wait_for_work(hub, attempt, limit=body.limit, seconds=body.wait_seconds,
+                                        gone=request.is_disconnected, queues=body.queues, claimer=execution_id)
+    metrics.count_claim(len(items))
     return WorkItems(items=items)
 
 
-def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: list[str],
-              waits: bool) -> tuple[list[WorkItem], bool]:
-    """One claim (in a worker thread of the event loop): a look that locks nothing (spared
-    while claims on these queues come back full), then, if work may be there, a transaction of
-    its own, committed only while the client is still there to be handed the items (a waiting
-    claim's client may have left); with whether ready work on `queues` was held back by a pool
-    or a cap, when it claimed nothing and `waits`."""
+def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: list[str], waits: bool,
+              promote: bool, ready: bool, seen: int) -> tuple[list[WorkItem], bool]:
+    """One claim attempt (in a worker thread of the event loop): unless told to `promote` or
+    that work is likely `ready`, a look that locks nothing (begun after the hub's `seen`
+    generation); then, if work may be there, a transaction of its own, committed only while
+    the client is still there to be handed the items (a waiting claim's client may have left);
+    with whether ready work on `queues` was held back by a pool or a cap, when it claimed
+    nothing and `waits`."""
     state = request.app.state
     keyring, ttl = installation(request).keyring, state.settings.attempt_token_ttl_seconds
     started, items, held_back = tracing.now(), [], False
     hub: wakeups.Hub = state.wakeups
-    # Time-driven work may be due: make it ready, do not look. The last claim on these queues
-    # came back full: claim, do not look (if nothing is left, the claim finds no pool to lock).
-    promote = hub.take_promotion()
-    ready = hub.busy(queues)
     if not (promote or ready):
         with state.single_statement_engine.connect() as conn:
             ready = dispatch.work_ready(session=conn, execution_id=execution_id, queues=queues)
+        if not ready:
+            hub.looked_empty(execution_id, queues, seen)
     if promote or ready:
         committed = False
         try:
@@ -101,7 +111,6 @@ def claim_now(request: Request, execution_id: uuid.UUID, limit: int, queues: lis
                 trace_id=ti.trace_id)
             token = tokens.mint_attempt(keyring, ti, execution_id, ttl_seconds=ttl)
             items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
-    metrics.count_claim(len(items))
     if started is not None:  # tracing is on
         tracing.claimed(started, [i.correlation.trace_id for i in items], {"fenceline.execution_id": str(execution_id)})
     return items, waits and held_back

@@ -12,8 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
+from app import wakeups
+from app.db import utcnow
 from app.main import create_app
 from app.wakeups import Hub
 from tests.api import Attempt, Operator, Worker, assert_problem, json_of, task
@@ -37,15 +40,18 @@ class Waiting:
         body = {"limit": limit, "wait_seconds": wait, **({"queues": queues} if queues else {})}
         self.future = self.pool.submit(self._claim, worker.headers, body)
 
-    def _claim(self, headers: dict[str, str], body: dict[str, Any]) -> list[dict[str, Any]]:
+    def _claim(self, headers: dict[str, str], body: dict[str, Any]) -> httpx.Response:
         with self.client:
-            return json_of(self.client.post("/v1/dispatch/claim", json=body, headers=headers))["items"]
+            return self.client.post("/v1/dispatch/claim", json=body, headers=headers)
 
-    def result(self) -> list[dict[str, Any]]:
+    def response(self) -> httpx.Response:
         try:
             return self.future.result(timeout=WAIT + 30)
         finally:
             self.pool.shutdown()
+
+    def result(self) -> list[dict[str, Any]]:
+        return json_of(self.response())["items"]
 
 
 def waiting_claims(server: LiveServer, workers: list[Worker], **kwargs: Any) -> list[Waiting]:
@@ -213,6 +219,53 @@ class TestGoneClient:
 
 
 @pytest.fixture
+def no_promotion_net(monkeypatch):
+    """Claims take the time-driven rails only when told something may be due, not every second
+    as well: such a claim would find work (or refuse a stale execution) whatever was heard."""
+    monkeypatch.setattr(wakeups, "PROMOTION_EVERY_SECONDS", 3600.0)
+
+
+def found_nothing(server: LiveServer, worker: Worker) -> None:
+    """Waiting claims of `worker` that find nothing: the first takes the time-driven rails
+    (which the server's start made due), the second looks."""
+    for _ in range(2):
+        assert Waiting(server, worker, wait=0.2).result() == []
+
+
+@pytest.mark.usefixtures("no_promotion_net")
+class TestWhatWasHeard:
+    """A waiting claim whose last look found nothing may spare its next look while nothing was
+    heard since (app/wakeups.py, Hub.quiet). Whatever was heard meanwhile makes it look again."""
+
+    def test_work_made_ready_between_two_waiting_claims_is_found_by_the_second(self, live_server, operator):
+        worker = Worker(operator)
+        found_nothing(live_server, worker)
+        heard = hub(live_server).generation
+        operator.create_run(task("t"))
+        wait_until(lambda: hub(live_server).generation > heard, "the run's event to be heard")
+        (item,) = Waiting(live_server, worker, wait=3).result()  # no event comes while it waits
+        assert item["correlation"]["task_id"] == "t"
+
+    @pytest.mark.parametrize("why", ["superseded", "observed terminal"])
+    def test_a_waiting_claim_of_an_execution_that_may_no_longer_claim_is_told_to_terminate(
+            self, live_server, operator, why):
+        worker = Worker(operator)
+        found_nothing(live_server, worker)
+        (waiting,) = waiting_claims(live_server, [worker])
+        if why == "superseded":
+            worker.replacement()
+        else:
+            observation = {"phase": "Failed", "exit_code": 137, "terminal": True, "observed_at": utcnow().isoformat()}
+            json_of(operator.patch(f"/v1/executions/{worker.execution_id}", json={"observation": observation}))
+        problem = assert_problem(waiting.response(), 409, "stale-execution")
+        assert problem["should_terminate"] is True
+        # The next claim, waiting or not, is refused too, and the task is not taken.
+        operator.create_run(task("t"))
+        assert_problem(Waiting(live_server, worker, wait=3).response(), 409, "stale-execution")
+        assert operator.find_ti("t")["state"] == "scheduled"
+
+
+@pytest.fixture
 def replicas(db_url, engine, is_postgres):
     if not is_postgres:
         pytest.skip("replicas share a PostgreSQL database")
@@ -254,3 +307,22 @@ def test_waiting_claimers_on_two_replicas_receive_each_new_task_exactly_once(rep
             future.result(timeout=60)
     assert len(taken) == total and Counter(taken).most_common(1)[0][1] == 1
     assert hub(one).waiting + hub(two).waiting == 0
+
+
+@pytest.mark.usefixtures("no_promotion_net")
+def test_a_replica_looks_again_after_hearing_of_another_replicas_writes(replicas):
+    """A worker's waiting claims on one replica; the run that makes work ready, and the
+    admission that supersedes the worker, go through the other."""
+    one, two = replicas
+    operator = Operator(two.client())
+    worker = Worker(operator)
+    found_nothing(one, worker)
+    heard = hub(one).generation
+    operator.create_run(task("t"))
+    wait_until(lambda: hub(one).generation > heard, "replica one to hear of the run")
+    (item,) = Waiting(one, worker, wait=3).result()
+    assert item["correlation"]["task_id"] == "t"
+    found_nothing(one, worker)
+    (waiting,) = waiting_claims(one, [worker])
+    worker.replacement()
+    assert_problem(waiting.response(), 409, "stale-execution")
