@@ -19,10 +19,10 @@ waiter of each distinct set of queues.
 
 What this process has heard also spares looks (`Hub.quiet`): once a waiting claim's look found
 nothing ready on its queues, and its execution current, the next waiting claim of that
-execution on those queues need not look again while the listener has stayed connected and no
-event has named any of those queues (or none) since. A `stale` event (an execution superseded
-or observed terminal) takes the execution's standing away and wakes its waiting claims, which
-then look and are told to terminate.
+execution on those queues need not look again while the listener has stayed connected, no
+event has named any of those queues (or none) since, and for QUIET_FOR_SECONDS at most. A
+`stale` event (an execution superseded or observed terminal) takes every execution's standing
+away and wakes the named one's waiting claims, which then look and are told to terminate.
 """
 
 import asyncio
@@ -53,6 +53,10 @@ PROMOTION_EVERY_SECONDS = 1.0
 RECONNECT_CAP_SECONDS = 10.0
 ANY_QUEUE: frozenset[str] = frozenset()  # a waiter serving every queue: woken by any work
 BUSY_QUEUE_SETS = 256  # the queue sets Hub.busy and Hub.quiet remember (forgotten all at once beyond)
+# How long a look that found nothing spares the next ones (Hub.quiet) at most, whatever was heard:
+# the bound on work whose event this process missed (a timer it could not set, a listener whose
+# connection died without a word), beside the promotion's.
+QUIET_FOR_SECONDS = 5.0
 HEARD_QUEUES = 4096  # the queues whose last event Hub.quiet remembers (beyond: as if every queue was named)
 STANDING_EXECUTIONS = 100_000  # the executions Hub.quiet remembers as current (forgotten all at once beyond)
 NOTIFY = text("SELECT pg_notify(:channel, :payload)")
@@ -199,7 +203,7 @@ class Hub:
         self._hearing = False
         self._heard: dict[str, int] = {}
         self._heard_all = self._heard_stale = 0
-        self._empty: dict[frozenset[str], int] = {}
+        self._empty: dict[frozenset[str], tuple[int, float]] = {}  # and when (monotonic)
         self._current: dict[uuid.UUID, int] = {}
         self._next_at: float | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -210,6 +214,11 @@ class Hub:
     def waiting(self) -> int:
         """How many claims wait now."""
         return sum(not waiter.future.done() for waiter in self._waiters)
+
+    @property
+    def hearing(self) -> bool:
+        """Whether every event reaches this hub now (PostgreSQL: while its listener listens)."""
+        return self._hearing
 
     # lifecycle -----------------------------------------------------------------------------
 
@@ -333,16 +342,18 @@ class Hub:
 
     def quiet(self, claimer: uuid.UUID, queues: Iterable[str]) -> bool:
         """Whether a look for `claimer` on exactly these queues is known to find nothing ready
-        and the execution current: since a look found so (looked_empty), every event has reached
-        this hub and none named these queues, or no queue, or `claimer` as stale. A waiting claim
-        then spares its look and waits (what makes work ready later wakes it). Never for a claim
-        that does not wait: an event committed elsewhere may still be on its way."""
+        and the execution current: since a look found so (looked_empty), less than
+        QUIET_FOR_SECONDS ago, every event has reached this hub and none named these queues, or
+        no queue, or any execution as stale. A waiting claim then spares its look and waits (what
+        makes work ready later wakes it). Never for a claim that does not wait: an event
+        committed elsewhere may still be on its way."""
         served = frozenset(queues)
-        empty, current = self._empty.get(served), self._current.get(claimer)
-        if not (self._hearing and served and empty is not None and current is not None):
+        looked, current = self._empty.get(served), self._current.get(claimer)
+        if not (self._hearing and served and looked is not None and current is not None):
             return False
-        return (empty >= self._heard_all and current >= self._heard_stale
-                and all(self._heard.get(queue, 0) <= empty for queue in served))
+        empty, at = looked
+        return (time.monotonic() - at < QUIET_FOR_SECONDS and empty >= self._heard_all
+                and current >= self._heard_stale and all(self._heard.get(queue, 0) <= empty for queue in served))
 
     def looked_empty(self, claimer: uuid.UUID, queues: Iterable[str], seen: int) -> None:
         """A look begun at generation `seen` found `claimer` current and nothing ready on
@@ -351,7 +362,7 @@ class Hub:
         for marks, limit in ((self._empty, BUSY_QUEUE_SETS), (self._current, STANDING_EXECUTIONS)):
             if len(marks) >= limit:
                 marks.clear()
-        self._empty[frozenset(queues)] = seen
+        self._empty[frozenset(queues)] = (seen, time.monotonic())
         self._current[claimer] = seen
 
     def busy(self, queues: Iterable[str]) -> bool:
@@ -417,7 +428,8 @@ class Hub:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                        conninfo, autocommit=True, keepalives=1, keepalives_idle=30) as conn:
+                        conninfo, autocommit=True, keepalives=1, keepalives_idle=30, keepalives_interval=10,
+                        keepalives_count=3) as conn:  # a connection dead without a word: lost within a minute
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self._resync()  # what was looked at before may have changed unheard
                     self._hearing, delay = True, 0.5

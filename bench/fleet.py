@@ -6,7 +6,8 @@ when only the idle fleet is connected), how soon a waiting claim is answered aft
 created (p50/p99, from the moment POST /v1/runs is sent to the claim's answer), the busy
 agents' heartbeat latency (p50/p99) while the fleet waits and runs are created, and errors.
 The server runs `fenceline serve --workers 2` where this build has that option, else one
-process (the output says which). Run: python bench/fleet.py [--idle 1000] [--busy 100]."""
+process (the output says which). Run: python bench/fleet.py [--idle 1000] [--busy 100]; the
+idle renewals alone, say: python bench/fleet.py --idle 300 --busy 0 --runs 0 --claim-wait 5 --workers 1."""
 
 import argparse
 import asyncio
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ADMIN_PASSWORD, Server, percentile, table  # noqa: E402
 
-CLAIM_WAIT = 30  # the longest wait the server allows: an idle worker asks once per 30 s
+CLAIM_WAIT = 30  # the longest wait the server allows: an idle worker asks once per 30 s (--claim-wait)
 HEARTBEAT_INTERVAL = 3.0  # under uvicorn's 5 s keep-alive, so a heartbeat never races a closing connection
 CLK_TCK = 100
 
@@ -81,18 +82,19 @@ def connection(url: str) -> httpx.AsyncClient:
 
 
 async def idle_worker(url: str, worker: dict[str, str], figures: Figures, stop: asyncio.Event,
-                      start_after: float) -> None:
+                      start_after: float, claim_wait: float) -> None:
     """Waiting claims until told to stop; a claimed task is reported done at once."""
     await asyncio.sleep(start_after)  # spread the fleet's renewals over the wait
     async with connection(url) as http:
-        await _idle(http, worker, figures, stop)
+        await _idle(http, worker, figures, stop, claim_wait)
 
 
-async def _idle(http: httpx.AsyncClient, worker: dict[str, str], figures: Figures, stop: asyncio.Event) -> None:
+async def _idle(http: httpx.AsyncClient, worker: dict[str, str], figures: Figures, stop: asyncio.Event,
+                claim_wait: float) -> None:
     while not stop.is_set():
         try:
             resp = await http.post("/v1/dispatch/claim", headers=worker,
-                                   json={"limit": 1, "wait_seconds": CLAIM_WAIT})
+                                   json={"limit": 1, "wait_seconds": claim_wait})
             answered = time.perf_counter()
             resp.raise_for_status()
             figures.claims += 1
@@ -126,7 +128,7 @@ async def busy_agent(url: str, attempt_token: str, figures: Figures, stop: async
 
 
 async def fleet(server: Server, idle: int, busy: int, idle_seconds: float, runs: int,
-                tasks_per_run: int) -> dict[str, object]:
+                tasks_per_run: int, claim_wait: float) -> dict[str, object]:
     figures = Figures()
     async with connection(server.url) as http:
         resp = await http.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
@@ -135,8 +137,10 @@ async def fleet(server: Server, idle: int, busy: int, idle_seconds: float, runs:
         idle_workers = await admit(http, operator, [f"idle-{n}" for n in range(idle)])
         busy_workers = await admit(http, operator, [f"busy-{n}" for n in range(busy)])
         # The busy agents' attempts are claimed before the idle fleet waits, so that it cannot take them.
-        (await http.post("/v1/runs", headers=operator, json={"dag_id": "busy", "run_id": "busy", "tasks": [
-            {"task_id": f"t{n}", "payload": {"command": ["sleep", "3600"]}} for n in range(busy)]})).raise_for_status()
+        if busy:
+            (await http.post("/v1/runs", headers=operator, json={"dag_id": "busy", "run_id": "busy", "tasks": [
+                {"task_id": f"t{n}", "payload": {"command": ["sleep", "3600"]}} for n in range(busy)]})
+             ).raise_for_status()
         note("the busy agents claim their attempts")
         busy_tokens = []
         for worker in busy_workers:
@@ -147,14 +151,16 @@ async def fleet(server: Server, idle: int, busy: int, idle_seconds: float, runs:
 
         note("the idle fleet starts waiting")
         stop = asyncio.Event()
-        spread = min(CLAIM_WAIT, idle_seconds) / max(1, idle)
-        idle_tasks = [asyncio.create_task(idle_worker(server.url, w, figures, stop, n * spread))
+        spread = min(claim_wait, idle_seconds) / max(1, idle)
+        idle_tasks = [asyncio.create_task(idle_worker(server.url, w, figures, stop, n * spread, claim_wait))
                       for n, w in enumerate(idle_workers)]
-        await asyncio.sleep(min(CLAIM_WAIT, idle_seconds) + 2)  # every idle worker is waiting
+        await asyncio.sleep(min(claim_wait, idle_seconds) + 2)  # every idle worker is waiting
         cpu_before, wall_before = process_tree_cpu_seconds(server.process.pid), time.monotonic()
+        idle_claims_before = figures.claims
         await asyncio.sleep(idle_seconds)
-        idle_cpu = (process_tree_cpu_seconds(server.process.pid) - cpu_before) / (time.monotonic() - wall_before)
-        idle_claims = figures.claims
+        idle_cpu_seconds = process_tree_cpu_seconds(server.process.pid) - cpu_before
+        idle_cpu = idle_cpu_seconds / (time.monotonic() - wall_before)
+        idle_claims = figures.claims - idle_claims_before
 
         note("busy agents heartbeat; runs are created")
         busy_tasks = [asyncio.create_task(busy_agent(server.url, token, figures, stop, n * HEARTBEAT_INTERVAL / busy))
@@ -183,6 +189,7 @@ async def fleet(server: Server, idle: int, busy: int, idle_seconds: float, runs:
     return {
         "idle": idle, "busy": busy, "idle CPU % of a core": 100 * idle_cpu,
         "idle claims answered": idle_claims,
+        "idle CPU ms per claim": 1000 * idle_cpu_seconds / idle_claims if idle_claims else float("nan"),
         "run creation p50 ms": 1000 * percentile(figures.creations, 0.5),
         "run creation p99 ms": 1000 * percentile(figures.creations, 0.99),
         "claim p50 ms": 1000 * percentile(figures.claim_latency, 0.5) if figures.claim_latency else float("nan"),
@@ -205,13 +212,13 @@ def raise_open_files(needed: int) -> None:
 
 
 def run(idle: int = 1000, busy: int = 100, idle_seconds: float = 30.0, runs: int = 20, tasks_per_run: int = 10,
-        backend: str = "postgresql") -> dict[str, object]:
+        backend: str = "postgresql", claim_wait: float = CLAIM_WAIT, workers: int = 2) -> dict[str, object]:
     """The fleet's figures, against a fresh server and database."""
     raise_open_files(2 * (idle + busy) + 1000)
-    workers = 2 if serve_workers_option() and backend == "postgresql" else 1
+    workers = workers if serve_workers_option() and backend == "postgresql" else 1
     args = ["--workers", str(workers)] if workers > 1 else []
     with Server(backend, *args) as server:
-        figures = asyncio.run(fleet(server, idle, busy, idle_seconds, runs, tasks_per_run))
+        figures = asyncio.run(fleet(server, idle, busy, idle_seconds, runs, tasks_per_run, claim_wait))
     return {"server processes": workers, **figures}
 
 
@@ -223,8 +230,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="runs created while the fleet waits, 0.5 s apart")
     parser.add_argument("--tasks-per-run", type=int, default=10)
     parser.add_argument("--backend", default="postgresql", choices=["postgresql", "sqlite"])
+    parser.add_argument("--claim-wait", type=float, default=CLAIM_WAIT, help="each idle claim's wait_seconds")
+    parser.add_argument("--workers", type=int, default=2, help="server processes (PostgreSQL only; SQLite: 1)")
     args = parser.parse_args()
-    figures = run(args.idle, args.busy, args.idle_seconds, args.runs, args.tasks_per_run, args.backend)
+    figures = run(args.idle, args.busy, args.idle_seconds, args.runs, args.tasks_per_run, args.backend,
+                  args.claim_wait, args.workers)
     errors = figures.pop("first errors")
     print(table(["figure", "value"], [[name, value] for name, value in figures.items()]))
     if figures["server processes"] == 1:

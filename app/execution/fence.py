@@ -21,7 +21,16 @@ from app.execution.key import AttemptKey
 from app.execution.schemas import Report
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import TI, Backoff, Outcome, apply_outcome, lock_run_of, requeue, settle_success
+from app.orchestration.rails import (
+    TI,
+    Backoff,
+    Outcome,
+    apply_outcome,
+    from_sources,
+    lock_run_of,
+    requeue,
+    settle_success,
+)
 from app.orchestration.states import AttemptState
 
 # What the fence reads of a row and answers: the attempt's identity and state, and the names
@@ -55,7 +64,7 @@ def _read(session: Session, ti_id: uuid.UUID) -> TaskInstance | None:
 ROW = select(*FENCE_COLUMNS).where(TI.c.id == bindparam("ti_id"))
 IS_ATTEMPT = (TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
               TI.c.attempt_epoch == bindparam("key_epoch"))  # the settle rule, as a guard
-START = (update(TI).where(*IS_ATTEMPT, one_of(TI.c.state, s.START.sources))
+START = (update(TI).where(*IS_ATTEMPT, from_sources(s.START))
          .values(state=s.START.target, updated_at=bindparam("now"), started_at=bindparam("now"),
                  last_heartbeat_at=bindparam("now"), user_code_started=True)
          .returning(*FENCE_COLUMNS))

@@ -86,7 +86,7 @@ NO_FAILURE = {"last_failure_kind": None, "last_failure_reason": None}
 
 def from_sources(rail: Rail) -> ColumnElement[bool]:
     """The guard every statement of `rail` carries: the row is in one of its source states."""
-    return one_of(TI.c.state, rail.sources)
+    return one_of(TI.c.state, sorted(rail.sources))  # a set: sorted, so every process writes the same statement
 
 
 def moved_to(rail: Rail, now: datetime) -> dict[str, Any]:

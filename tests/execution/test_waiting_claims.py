@@ -7,6 +7,8 @@ the claim answers: a claim that was not woken would answer an empty list."""
 
 import socket
 import threading
+import time
+import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -14,10 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event, update
 
 from app import wakeups
 from app.db import utcnow
 from app.main import create_app
+from app.orchestration.models import TaskInstance
 from app.wakeups import Hub
 from tests.api import Attempt, Operator, Worker, assert_problem, json_of, task
 from tests.conftest import LiveServer, app_settings
@@ -226,8 +230,9 @@ def no_promotion_net(monkeypatch):
 
 
 def found_nothing(server: LiveServer, worker: Worker) -> None:
-    """Waiting claims of `worker` that find nothing: the first takes the time-driven rails
-    (which the server's start made due), the second looks."""
+    """Waiting claims of `worker` that find nothing, once `server` hears every event: the first
+    takes the time-driven rails (which the server's start made due), the second looks."""
+    wait_until(lambda: hub(server).hearing, "the server to hear every event")
     for _ in range(2):
         assert Waiting(server, worker, wait=0.2).result() == []
 
@@ -245,6 +250,39 @@ class TestWhatWasHeard:
         wait_until(lambda: hub(live_server).generation > heard, "the run's event to be heard")
         (item,) = Waiting(live_server, worker, wait=3).result()  # no event comes while it waits
         assert item["correlation"]["task_id"] == "t"
+
+    def test_a_waiting_claim_told_of_nothing_new_asks_the_database_nothing(self, live_server, operator):
+        worker, other = Worker(operator), Worker(operator, "worker-2")
+        found_nothing(live_server, worker)
+        statements: list[str] = []
+
+        def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            statements.append(statement)
+        engine = live_server.server.config.app.state.engine
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            assert Waiting(live_server, worker, wait=0.2).result() == []
+            assert statements == []
+            assert Waiting(live_server, other, wait=0.2).result() == []  # its first look
+            assert [statement for statement in statements if "FROM executions" in statement]
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+
+    def test_work_made_ready_unheard_is_found_once_the_quiet_has_run_out(self, live_server, operator, engine,
+                                                                          monkeypatch):
+        """A rail that made work ready without telling (or an event this process missed) is
+        found by the first claim after QUIET_FOR_SECONDS, not only at some later event."""
+        monkeypatch.setattr(wakeups, "QUIET_FOR_SECONDS", 0.5)
+        ti_id = operator.create_run(task("t"))["task_instances"][0]["ti_id"]
+        Worker(operator, "worker-2").claim_one()
+        worker = Worker(operator)
+        found_nothing(live_server, worker)
+        with engine.begin() as conn:  # back to scheduled, told to nobody
+            conn.execute(update(TaskInstance).where(TaskInstance.id == uuid.UUID(ti_id))
+                         .values(state="scheduled", execution_id=None))
+        time.sleep(0.6)
+        (item,) = Waiting(live_server, worker, wait=0.2).result()
+        assert item["correlation"]["ti_id"] == ti_id
 
     @pytest.mark.parametrize("why", ["superseded", "observed terminal"])
     def test_a_waiting_claim_of_an_execution_that_may_no_longer_claim_is_told_to_terminate(
