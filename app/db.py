@@ -172,7 +172,7 @@ def one_statement(session: Session) -> None:
 def written(value: str) -> ColumnElement[str]:
     """A constant (a state's name) written into a statement when it is built: a bound value, or
     a list of them, is rendered again on every run (an expanding IN list cost an idle fleet's
-    promotion a third of its time), and both databases use a partial index only for a query
+    promotion two thirds of its time), and both databases use a partial index only for a query
     that names its predicate's values."""
     if not value.replace("_", "").isalnum():
         raise ValueError(f"not a name to write into a statement: {value!r}")  # nothing is quoted

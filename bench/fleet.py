@@ -190,14 +190,16 @@ async def fleet(server: Server, idle: int, busy: int, idle_seconds: float, runs:
         "idle": idle, "busy": busy, "idle CPU % of a core": 100 * idle_cpu,
         "idle claims answered": idle_claims,
         "idle CPU ms per claim": 1000 * idle_cpu_seconds / idle_claims if idle_claims else float("nan"),
-        "run creation p50 ms": 1000 * percentile(figures.creations, 0.5),
-        "run creation p99 ms": 1000 * percentile(figures.creations, 0.99),
-        "claim p50 ms": 1000 * percentile(figures.claim_latency, 0.5) if figures.claim_latency else float("nan"),
-        "claim p99 ms": 1000 * percentile(figures.claim_latency, 0.99) if figures.claim_latency else float("nan"),
-        "heartbeat p50 ms": 1000 * percentile(figures.heartbeats, 0.5) if figures.heartbeats else float("nan"),
-        "heartbeat p99 ms": 1000 * percentile(figures.heartbeats, 0.99) if figures.heartbeats else float("nan"),
+        "run creation p50 ms": ms(figures.creations, 0.5), "run creation p99 ms": ms(figures.creations, 0.99),
+        "claim p50 ms": ms(figures.claim_latency, 0.5), "claim p99 ms": ms(figures.claim_latency, 0.99),
+        "heartbeat p50 ms": ms(figures.heartbeats, 0.5), "heartbeat p99 ms": ms(figures.heartbeats, 0.99),
         "errors": len(figures.errors), "first errors": figures.errors[:3],
     }
+
+
+def ms(samples: list[float], q: float) -> float:
+    """The q-quantile of `samples` (seconds) in milliseconds; NaN when there are none."""
+    return 1000 * percentile(samples, q) if samples else float("nan")
 
 
 def note(what: str) -> None:
