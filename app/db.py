@@ -124,16 +124,21 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20, pool_t
         def _turn_failed(exception_context: Any) -> None:
             _end_turn(exception_context.execution_context)
 
+        def _query_only(conn: Any, on: bool) -> None:
+            # The pragma holds for the connection until it is set again: set it only when it
+            # changes (a statement fewer for most requests). A new connection's record starts empty.
+            if conn.info.get("fenceline_query_only") is not on:
+                conn.exec_driver_sql(f"PRAGMA query_only={'ON' if on else 'OFF'}")
+                conn.info["fenceline_query_only"] = on
+
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn: Any) -> None:
             options = conn.get_execution_options()
+            _query_only(conn, bool(options.get(READ_ONLY)))
             if options.get(READ_ONLY):
-                conn.exec_driver_sql("PRAGMA query_only=ON")
                 conn.exec_driver_sql("BEGIN")
-            else:
-                conn.exec_driver_sql("PRAGMA query_only=OFF")
-                if options.get("isolation_level") != AUTOCOMMIT:
-                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+            elif options.get("isolation_level") != AUTOCOMMIT:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     # No ping per checkout (a round trip on every request): a connection the server dropped

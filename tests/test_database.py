@@ -160,6 +160,23 @@ class TestReadsDoNotWrite:
             assert conn.execute(text("SELECT count(*) FROM installation_secrets "
                                      "WHERE name = 'written-by-a-get'")).scalar() == 0
 
+    def test_one_connection_serves_reads_and_writes_in_turn_each_as_what_it_is(self, db_url, engine):
+        """With one pooled connection, a write, a GET that writes, a write and the GET again
+        share it: the writes land, the GETs fail and write nothing (on SQLite the connection is
+        made query-only for a read and writable for a write, each time it changes hands)."""
+        app = create_app(app_settings(db_url, database_pool_size=1, database_max_overflow=0))
+        writing_get(app)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            operator = Operator(client)
+            for n in range(2):
+                assert operator.post("/v1/runs", json=run_body(f"r{n}")).status_code == 201
+                assert_problem(client.get("/test/writes-in-a-get"), 500, "internal-error")
+            assert operator.get("/v1/runs/d/r1").status_code == 200
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM installation_secrets "
+                                     "WHERE name = 'written-by-a-get'")).scalar() == 0
+            assert conn.execute(text("SELECT count(*) FROM dag_runs")).scalar() == 2
+
     def test_a_get_is_answered_while_a_writer_holds_the_write_lock(self, operator, engine):
         """A read on SQLite takes no write lock: it is not queued behind a writer."""
         operator.post("/v1/runs", json=run_body("r"))
