@@ -42,13 +42,19 @@ def opening(claimed: CTE) -> CTE:
             .returning(ATTEMPTS.c.id).cte("opened"))
 
 
+def _new_record(key: AttemptKey, claimed_at: datetime, **values: Any) -> dict[str, Any]:
+    """A new attempt record's every column: queued, its user code not started, nothing else
+    known but `values` (every row of one INSERT names the same columns)."""
+    return {"id": uuid.uuid4(), "task_instance_id": key.ti_id, "try_number": key.try_number,
+            "attempt_epoch": key.attempt_epoch, "execution_id": None, "state": AttemptState.QUEUED,
+            "outcome_kind": None, "reason": None, "user_code_started": False, "observed_phase": None,
+            "observed_reason": None, "claimed_at": claimed_at, "started_at": None, "ended_at": None, **values}
+
+
 def open_attempts(session: Session, claimed: list[TaskInstance], now: datetime) -> None:
     """The records of the attempts `claimed` were just claimed for, in one statement."""
-    session.execute(OPEN, [
-        {"id": uuid.uuid4(), "task_instance_id": ti.id, "try_number": ti.try_number,
-         "attempt_epoch": ti.attempt_epoch, "execution_id": ti.execution_id, "state": AttemptState.QUEUED,
-         "outcome_kind": None, "reason": None, "user_code_started": False, "observed_phase": None,
-         "observed_reason": None, "claimed_at": now, "started_at": None, "ended_at": None} for ti in claimed])
+    session.execute(OPEN, [_new_record(AttemptKey(ti.id, ti.try_number, ti.attempt_epoch), now,
+                                       execution_id=ti.execution_id) for ti in claimed])
 
 
 @cache
@@ -63,11 +69,9 @@ def update_attempt(session: Session, key: AttemptKey, **values: Any) -> None:
     updated = session.execute(_updating(tuple(sorted(values))),
                               {**key_params(key), **{f"set_{name}": v for name, v in values.items()}}).rowcount
     if not updated:
-        insert_ignore(session, TaskAttempt, {
-            "id": uuid.uuid4(), "task_instance_id": key.ti_id, "try_number": key.try_number,
-            "attempt_epoch": key.attempt_epoch, "state": AttemptState.QUEUED, "user_code_started": False,
-            "claimed_at": values.get("started_at") or values.get("ended_at") or utcnow(), **values,
-        }, ["task_instance_id", "try_number", "attempt_epoch"])
+        claimed_at = values.get("started_at") or values.get("ended_at") or utcnow()
+        insert_ignore(session, TaskAttempt, _new_record(key, claimed_at, **values),
+                      ["task_instance_id", "try_number", "attempt_epoch"])
 
 
 def recording(moved: CTE, **values: Any) -> CTE:

@@ -43,7 +43,6 @@ from sqlalchemy import (
     case,
     func,
     literal,
-    literal_column,
     nulls_first,
     or_,
     select,
@@ -65,7 +64,7 @@ TI, POOL, TENANT = TaskInstance.__table__, Pool.__table__, Tenant.__table__
 
 def tenant_of(ti: Any) -> ColumnElement[str]:
     """A task instance's tenant key, written as the ready index has it (runs without a tenant: '')."""
-    return func.coalesce(ti.c.tenant_id, literal_column(repr(NO_TENANT)))
+    return func.coalesce(ti.c.tenant_id, written(NO_TENANT))
 
 
 def is_ready(ti: Any) -> ColumnElement[bool]:
