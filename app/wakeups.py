@@ -31,7 +31,7 @@ import logging
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session
 
 log = logging.getLogger("fenceline.wakeups")
 T = TypeVar("T")
+A = TypeVar("A")
 
 CHANNEL = "fenceline_ready"
 _PENDING, _SENT, _TIMED = "fenceline_wakeups_pending", "fenceline_wakeups_sent", "fenceline_wakeups_timed"
@@ -59,6 +60,9 @@ BUSY_QUEUE_SETS = 256  # the queue sets Hub.busy and Hub.quiet remember (forgott
 QUIET_FOR_SECONDS = 5.0
 HEARD_QUEUES = 4096  # the queues whose last event Hub.quiet remembers (beyond: as if every queue was named)
 STANDING_EXECUTIONS = 100_000  # the executions Hub.quiet remembers as current (forgotten all at once beyond)
+# The most claim attempts one run of Hub.together takes (its transaction holds the pools' lock
+# for all of them: beyond this, the next ones go in a run of their own, answered sooner).
+TOGETHER_AT_MOST = 16
 NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 
 
@@ -209,6 +213,8 @@ class Hub:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._gathering: dict[Hashable, list[tuple[Any, asyncio.Future[Any]]]] = {}  # together(), by key
+        self._together: set[asyncio.Task[Any]] = set()
 
     @property
     def waiting(self) -> int:
@@ -388,6 +394,43 @@ class Hub:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
         return not waiter.future.cancelled()  # woken, also as the wait ended: the wake is used, not lost
+
+    # claim threads -------------------------------------------------------------------------
+
+    async def together(self, key: Hashable, run: Callable[[list[A]], list[Any]], ask: A) -> Any:
+        """`run(asks)`, in a claim thread, for every ask made with this `key` in this turn of
+        the event loop (up to TOGETHER_AT_MOST; the woken waiters of one event ask in the same
+        turn): one run for all of them, each answered with its item of the list `run` answers
+        in their order (raised, if it is an exception). A run that fails fails every ask."""
+        assert self._loop is not None, "the hub has not started"
+        asks = self._gathering.get(key)
+        if asks is None or len(asks) >= TOGETHER_AT_MOST:
+            asks = self._gathering[key] = []
+            self._loop.call_soon(self._run_together, key, asks, run)
+        answer = self._loop.create_future()
+        asks.append((ask, answer))
+        got = await answer
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def _run_together(self, key: Hashable, asks: list[tuple[Any, "asyncio.Future[Any]"]],
+                      run: Callable[[list[Any]], list[Any]]) -> None:
+        if self._gathering.get(key) is asks:
+            del self._gathering[key]
+
+        async def answer() -> None:
+            try:
+                got = await anyio.to_thread.run_sync(run, [ask for ask, _ in asks], limiter=self.claim_limiter)
+            except BaseException as exc:  # noqa: B036  (every ask is answered, also when cancelled)
+                got = [exc] * len(asks)
+            for (_, future), one in zip(asks, got, strict=True):
+                if not future.done():  # not given up by its request
+                    future.set_result(one)
+
+        task = asyncio.ensure_future(answer())
+        self._together.add(task)
+        task.add_done_callback(self._together.discard)
 
     # time-driven readiness -----------------------------------------------------------------
 

@@ -117,14 +117,47 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
     claimers never get the same task instance nor overfill a pool. 409 stale-execution for an
     execution that may not claim. With `promote`, time-driven work whose wait is over is made
     ready first (a caller that knows none is due spares the statement)."""
+    (claimed,) = claim_each(session=session, claims=[(execution_id, limit)], queues=queues, now=now, promote=promote)
+    if isinstance(claimed, AppError):
+        raise claimed
+    return claimed
+
+
+def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], queues: Sequence[str],
+               now: datetime | None = None, promote: bool = True) -> list[Claimed | AppError]:
+    """claim() for each (execution_id, limit) of `claims` in turn, in one transaction: the
+    time-driven rails and the pools' lock once for all, then each claim as if it were made on
+    its own right after the one before (it sees their tenant turns and their pool slots taken).
+    Answers each claim's Claimed, or its refusal (409 stale-execution), in order; one claim's
+    refusal changes nothing for the others."""
     now, postgres = now or utcnow(), is_postgres(session)
     if promote:
         promote_eligible(session=session, now=now, skip_locked=postgres)
     routes = selection.lock_routes(session, queues, now)
+    if len(claims) > 1:
+        selection.hold_turns(session)  # each claim of one takes its tenant's turn: not in tenant order
+    answers: list[Claimed | AppError] = []
+    exhausted = routes is None
+    for execution_id, limit in claims:
+        try:
+            if exhausted:  # an earlier claim found nothing: neither can this one (it would choose the same)
+                require_current_execution(session, execution_id)
+                answers.append(Claimed([], held_back=routes is not None))
+                continue
+            claimed = _claim_held(session, routes, execution_id, limit, queues, now, postgres)
+        except AppError as refusal:
+            answers.append(refusal)
+            continue
+        exhausted = not claimed.rows
+        answers.append(claimed)
+    return answers
+
+
+def _claim_held(session: Session, routes: selection.Routes, execution_id: uuid.UUID, limit: int,
+                queues: Sequence[str], now: datetime, postgres: bool) -> Claimed:
+    """One claim, its pools already locked (`routes`)."""
     claimer = {"now": now, "claimer": execution_id}
-    if routes is None:
-        claimed = []
-    elif limit == 1:
+    if limit == 1:
         claimed = session.execute(_claiming_one(len(queues), routes.capped, postgres),
                                   {**selection.params(queues, now, routes, 1), **claimer, "attempt_id": uuid.uuid4()}
                                   ).all()
@@ -133,7 +166,7 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
         claimed = session.execute(CLAIM, {"ids": chosen, **claimer}).all() if chosen else []
     if not claimed:
         require_current_execution(session, execution_id)  # nothing claimed: say so if that is why
-        return Claimed([], held_back=routes is not None)
+        return Claimed([], held_back=True)
     if not (postgres and limit == 1):  # else the claim's statement did both
         selection.take_turns(session, (row.tenant_id for row in claimed), now)
         open_attempts(session, claimed, now)

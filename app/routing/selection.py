@@ -296,8 +296,24 @@ def taking_turn(claimed: Any) -> Any:
             .returning(TENANT.c.tenant_id).cte("turn"))
 
 
+TURNS_LOCK_KEY = 0x7475726E73  # "turns"
+
+
+def hold_turns(session: Session) -> None:
+    """Before a transaction writes the turns of more than one tenant: wait for any other that
+    does, until it commits (PostgreSQL: a transaction-level advisory lock, taken after the
+    pools). Claims hold at most one tenant's turn row otherwise, and never wait on anything
+    once they hold it, so no two transactions can each hold a turn the other waits for
+    (a batch of claims takes the turns in claim order, not in tenant order)."""
+    if is_postgres(session):
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": TURNS_LOCK_KEY})
+
+
 def take_turns(session: Session, tenant_ids: Iterable[str | None], now: datetime) -> None:
     """Record that a claim took work of these tenants now: their next turn comes after every
-    tenant that waited longer. In tenant order, as every claim writes them (no deadlock)."""
-    for key in sorted({NO_TENANT if t is None else t for t in tenant_ids}):
+    tenant that waited longer."""
+    keys = sorted({NO_TENANT if t is None else t for t in tenant_ids})
+    if len(keys) > 1:
+        hold_turns(session)
+    for key in keys:
         upsert_columns(session, Tenant, {"tenant_id": key, "last_claimed_at": now}, ["tenant_id"], ["last_claimed_at"])

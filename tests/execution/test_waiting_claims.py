@@ -24,6 +24,7 @@ from app.main import create_app
 from app.orchestration.models import TaskInstance
 from app.wakeups import Hub
 from tests.api import Attempt, Operator, Worker, assert_problem, json_of, task
+from tests.concurrency import wait_for_lock_waits
 from tests.conftest import LiveServer, app_settings
 from tests.worker.conftest import wait_until
 
@@ -187,6 +188,33 @@ class TestFairness:
         assert sorted(len(w.result()) for w in waiting) == [1, 2, 2]
 
 
+    def test_waiters_woken_by_one_event_claim_together_in_one_transaction(self, live_server, operator):
+        """Each of the four waiters gets one of the run's four tasks, and the four claims are
+        one transaction's (Hub.together): the pools are locked once, not once per waiter."""
+        waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(4)])
+        engine = live_server.server.config.app.state.engine
+        claims: dict[Any, int] = {}
+        committed: list[int] = []
+
+        def count(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if "UPDATE task_instances SET" in statement and "queued_at=" in statement:
+                claims[conn] = claims.get(conn, 0) + 1
+
+        def commit(conn: Any) -> None:
+            if conn in claims:
+                committed.append(claims.pop(conn))
+        event.listen(engine, "before_cursor_execute", count)
+        event.listen(engine, "commit", commit)
+        try:
+            operator.create_run(*(task(f"t{n}") for n in range(4)))
+            answers = [w.result() for w in waiting]
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+            event.remove(engine, "commit", commit)
+        assert sorted(item["correlation"]["task_id"] for items in answers for item in items) == ["t0", "t1", "t2", "t3"]
+        assert committed == [4]
+
+
 class TestGoneClient:
     def test_a_waiter_whose_client_has_gone_claims_nothing(self, live_server, operator):
         """The client of the oldest waiting claim closes its connection; a run is then created.
@@ -206,6 +234,36 @@ class TestGoneClient:
         assert item["correlation"]["ti_id"] == ti_id
         (attempt,) = operator.attempts(ti_id)
         assert (attempt["attempt_epoch"], attempt["execution_id"]) == (1, live_worker.execution_id)
+
+    def test_a_client_gone_while_its_claim_is_made_with_others_is_handed_nothing(self, live_server, operator,
+                                                                                   engine, is_postgres):
+        """Two waiters woken together claim in one transaction, which a test transaction
+        holding default_pool's row pauses; one client leaves meanwhile. The transaction is
+        made again without it: the other gets a task, and the gone one's stays scheduled."""
+        if not is_postgres:
+            pytest.skip("a claim on SQLite takes no row lock to pause it at")
+        gone_worker, live_worker = Worker(operator, "worker-gone"), Worker(operator, "worker-live")
+        body = b'{"limit": 1, "wait_seconds": 30}'
+        with socket.create_connection(("127.0.0.1", live_server.port)) as raw:
+            raw.sendall(b"POST /v1/dispatch/claim HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                        b"Authorization: " + gone_worker.headers["Authorization"].encode() +
+                        b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            wait_until(lambda: hub(live_server).waiting == 1, "the claim to wait")
+            (still_there,) = waiting_claims(live_server, [live_worker])
+            with engine.connect() as pause:
+                pause.exec_driver_sql("SELECT 1 FROM pools WHERE name = 'default_pool' FOR NO KEY UPDATE")
+                operator.create_run(task("t0"), task("t1"))
+                wait_for_lock_waits(engine, 1)  # the woken waiters' transaction waits for the pool
+                connections = len(live_server.server.server_state.connections)
+                raw.close()
+                wait_until(lambda: len(live_server.server.server_state.connections) < connections,
+                           "the server to see the client go")
+                pause.rollback()
+            (item,) = still_there.result()  # after the transaction that claimed it committed
+        others = [ti for ti in operator.run()["task_instances"] if ti["ti_id"] != item["correlation"]["ti_id"]]
+        assert [(ti["state"], operator.attempts(ti["ti_id"])) for ti in others] == [("scheduled", [])]
+        (attempt,) = operator.attempts(item["correlation"]["ti_id"])
+        assert attempt["execution_id"] == live_worker.execution_id
 
     def test_with_no_other_claimer_the_task_stays_scheduled(self, live_server, operator):
         worker = Worker(operator)

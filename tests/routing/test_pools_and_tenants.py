@@ -1,8 +1,12 @@
 """Pools and tenant caps through the API, and what they make a claim take (one claimer at a
 time; tests/routing/test_races.py races claimers against live servers)."""
 
-import pytest
+import uuid
 
+import pytest
+from sqlmodel import Session
+
+from app.execution import dispatch
 from tests.api import Operator, Worker, assert_problem, json_of, task
 
 
@@ -144,6 +148,26 @@ class TestTenants:
         assert sorted(tenants[:4], key=str) == sorted(["big", "mid", None, "small"], key=str)
         assert sorted(tenants[4:7], key=str) == sorted(["big", "mid", None], key=str)
         assert tenants[7] == "big"
+
+    def test_claims_made_together_take_turns_as_claims_made_one_after_another(self, operator, engine):
+        """The claims of waiters woken together, in one transaction (dispatch.claim_each):
+        each sees the turns those before it took, one that may not claim is refused without
+        changing what the others take, and once one finds nothing the rest are still checked."""
+        self.create_tenant_run(operator, "big", 2)
+        self.create_tenant_run(operator, "small", 1)
+        workers = [Worker(operator, f"worker-{n}") for n in range(6)]
+        for stale in (workers[1], workers[5]):
+            stale.replacement()
+        with Session(engine) as session:
+            answers = dispatch.claim_each(session=session, queues=["default"],
+                                          claims=[(uuid.UUID(w.execution_id), 1) for w in workers])
+            session.commit()
+        assert [(a.status, a.type) for a in (answers[1], answers[5])] == [(409, "stale-execution")] * 2
+        taken = [[row.tenant_id for row in answers[n].rows] for n in (0, 2, 3, 4)]
+        assert taken == [["big"], ["small"], ["big"], []]
+        assert all(str(row.execution_id) == workers[n].execution_id for n in (0, 2, 3) for row in answers[n].rows)
+        assert {ti["state"] for tenant in ("big", "small")
+                for ti in operator.run(run_id=f"run-{tenant}")["task_instances"]} == {"queued"}
 
     def test_a_tenant_cap_counts_queued_and_running(self, operator):
         assert json_of(operator.put("/v1/tenants/acme", json={"max_running": 2}))["max_running"] == 2

@@ -2,12 +2,19 @@
 replicas on PostgreSQL, one server on SQLite), each with its own connection."""
 
 import threading
+import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
+from sqlalchemy import insert
+from sqlmodel import Session
 
+from app.db import utcnow
+from app.execution import dispatch
 from app.main import create_app
+from app.routing.models import Tenant
 from tests.api import Operator, Worker, bearer, json_of, task
 from tests.concurrency import race, wait_for_lock_waits
 from tests.conftest import LiveServer, app_settings
@@ -213,3 +220,44 @@ def test_a_cap_set_while_a_claim_is_in_flight_deadlocks_no_claim(servers, engine
     assert claimed == [runs["t1"], runs["t5"]]
     with server.client() as http:
         assert json_of(Operator(http, operator.token).get("/v1/tenants/t1"))["max_running"] == 100
+
+
+def test_claims_made_together_and_a_claim_of_two_tenants_deadlock_no_claim(servers, engine, is_postgres):
+    """Claims made together (dispatch.claim_each, pool pa) take their tenants' turns in claim
+    order, t2 before t1 (t1 was served last); a claim of two (pool pb) takes t1's then t2's.
+    The first of the claims made together holds t2's turn, and a test transaction holding the
+    row the second would claim pauses it there, before t1's. Had the claim of two then taken
+    t1's turn, each would wait for the other's; it waits for the claims made together instead."""
+    if not is_postgres:
+        pytest.skip("SQLite serialises whole transactions: there is no lock order to get wrong")
+    with servers[0].client() as http:
+        operator = Operator(http)
+        for name in ("pa", "pb"):
+            json_of(operator.post("/v1/pools", json={"name": name, "slots": 100}), 201)
+        ti_ids = {}
+        for tenant in ("t1", "t2"):
+            run = json_of(operator.post("/v1/runs", json={"dag_id": "dag", "run_id": tenant, "tenant_id": tenant,
+                                                          "tasks": [task("a", queue="qa", pool="pa"),
+                                                                    task("b", queue="qb", pool="pb")]}), 201)
+            ti_ids[tenant] = {ti["task_id"]: ti["ti_id"] for ti in run["task_instances"]}
+        together = [uuid.UUID(Worker(operator, f"worker-{n}").execution_id) for n in range(2)]
+        alone = uuid.UUID(Worker(operator, "worker-alone").execution_id)
+    with engine.begin() as conn:  # t1 was served last: the claims of pa take t2 first
+        conn.execute(insert(Tenant.__table__), [{"tenant_id": "t1", "last_claimed_at": utcnow()},
+                                                {"tenant_id": "t2", "last_claimed_at": utcnow() - timedelta(hours=1)}])
+
+    def claim(claims, queue):
+        with Session(engine) as session:
+            answers = dispatch.claim_each(session=session, claims=claims, queues=[queue])
+            session.commit()
+            return [[row.tenant_id for row in answer.rows] for answer in answers]
+
+    with ThreadPoolExecutor(max_workers=2) as threads, engine.connect() as pause:
+        pause.exec_driver_sql(f"SELECT 1 FROM task_instances WHERE id = '{ti_ids['t1']['a']}' FOR UPDATE")
+        claimed_together = threads.submit(claim, [(e, 1) for e in together], "qa")
+        wait_for_lock_waits(engine, 1)  # the first holds t2's turn; the second waits on t1's row
+        claimed_alone = threads.submit(claim, [(alone, 2)], "qb")
+        wait_for_lock_waits(engine, 2)  # the claim of two waits too: for the claims made together
+        pause.rollback()
+        assert claimed_together.result(timeout=60) == [["t2"], ["t1"]]
+        assert sorted(*claimed_alone.result(timeout=60)) == ["t1", "t2"]
