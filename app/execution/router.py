@@ -153,13 +153,14 @@ def claim_now(asks: list[Ask]) -> list[tuple[list[WorkItem], bool] | AppError]:
 def _looked(asks: list[Ask], answers: list[tuple[list[WorkItem], bool] | AppError], engine: Engine,
             hub: wakeups.Hub) -> list[int]:
     """The places in `asks` of those that may find work: told to promote, or that work is
-    likely ready, or whose look (one read each, on one connection) found some; a look that
-    found the execution may not claim puts its refusal in `answers`."""
+    likely ready, or whose look (one read, on one connection for all) found some; a look that
+    found the execution may not claim puts its refusal in `answers`. Once one look found work
+    on their queues, the others do not look (their claims check their executions)."""
     claiming = [n for n, ask in enumerate(asks) if ask.promote or ask.ready]
     looking = [n for n, ask in enumerate(asks) if not (ask.promote or ask.ready)]
     if looking:
         with engine.connect() as conn:
-            for n in looking:
+            for k, n in enumerate(looking):
                 ask = asks[n]
                 try:
                     ready = dispatch.work_ready(session=conn, execution_id=ask.execution_id, queues=ask.queues)
@@ -167,9 +168,9 @@ def _looked(asks: list[Ask], answers: list[tuple[list[WorkItem], bool] | AppErro
                     answers[n] = refusal
                     continue
                 if ready:
-                    claiming.append(n)
-                else:
-                    hub.looked_empty(ask.execution_id, ask.queues, ask.seen)
+                    claiming += looking[k:]
+                    break
+                hub.looked_empty(ask.execution_id, ask.queues, ask.seen)
     return sorted(claiming)
 
 

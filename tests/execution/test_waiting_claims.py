@@ -190,15 +190,19 @@ class TestFairness:
 
     def test_waiters_woken_by_one_event_claim_together_in_one_transaction(self, live_server, operator):
         """Each of the four waiters gets one of the run's four tasks, and the four claims are
-        one transaction's (Hub.together): the pools are locked once, not once per waiter."""
+        one transaction's (Hub.together): the pools are locked once, not once per waiter; and
+        once one waiter's look found the work, the others do not look."""
         waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(4)])
         engine = live_server.server.config.app.state.engine
         claims: dict[Any, int] = {}
         committed: list[int] = []
+        looks: list[str] = []
 
         def count(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
             if "UPDATE task_instances SET" in statement and "queued_at=" in statement:
                 claims[conn] = claims.get(conn, 0) + 1
+            elif "AS ready" in statement:
+                looks.append(statement)
 
         def commit(conn: Any) -> None:
             if conn in claims:
@@ -213,6 +217,7 @@ class TestFairness:
             event.remove(engine, "commit", commit)
         assert sorted(item["correlation"]["task_id"] for items in answers for item in items) == ["t0", "t1", "t2", "t3"]
         assert committed == [4]
+        assert len(looks) <= 1  # none if the first was told to take the time-driven rails
 
 
 class TestGoneClient:
