@@ -420,13 +420,17 @@ class Hub:
             del self._gathering[key]
 
         async def answer() -> None:
+            asking = [(ask, future) for ask, future in asks if not future.done()]  # not given up by its request
             try:
-                got = await anyio.to_thread.run_sync(run, [ask for ask, _ in asks], limiter=self.claim_limiter)
+                if asking:
+                    got = await anyio.to_thread.run_sync(run, [ask for ask, _ in asking], limiter=self.claim_limiter)
+                    for (_, future), one in zip(asking, got, strict=True):
+                        if not future.done():
+                            future.set_result(one)
             except BaseException as exc:  # noqa: B036  (every ask is answered, also when cancelled)
-                got = [exc] * len(asks)
-            for (_, future), one in zip(asks, got, strict=True):
-                if not future.done():  # not given up by its request
-                    future.set_result(one)
+                for _, future in asking:
+                    if not future.done():
+                        future.set_result(exc)
 
         task = asyncio.ensure_future(answer())
         self._together.add(task)

@@ -3,7 +3,7 @@
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -137,20 +137,32 @@ def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], que
     if len(claims) > 1:
         selection.hold_turns(session)  # each claim of one takes its tenant's turn: not in tenant order
     answers: list[Claimed | AppError] = []
-    exhausted = routes is None
-    for execution_id, limit in claims:
+    held_back = routes is not None  # what a claim that finds nothing says: ready work was held back
+    exhausted, took = routes is None, False
+    for n, (execution_id, limit) in enumerate(claims):
+        at = now + timedelta(microseconds=n)  # each claim's own time: its turn comes after the one before's
         try:
             if exhausted:  # an earlier claim found nothing: neither can this one (it would choose the same)
                 require_current_execution(session, execution_id)
-                answers.append(Claimed([], held_back=routes is not None))
+                answers.append(Claimed([], held_back=held_back))
                 continue
-            claimed = _claim_held(session, routes, execution_id, limit, queues, now, postgres)
+            claimed = _claim_held(session, routes, execution_id, limit, queues, at, postgres)
         except AppError as refusal:
             answers.append(refusal)
             continue
-        exhausted = not claimed.rows
+        if not claimed.rows:
+            exhausted = True
+            if took:  # the claims before it may have taken all that was ready: held back only if some is left
+                held_back = bool(session.execute(_anything_ready(len(queues)), selection.params(queues, at)).scalar())
+                claimed = Claimed([], held_back=held_back)
+        took = took or bool(claimed.rows)
         answers.append(claimed)
     return answers
+
+
+@cache
+def _anything_ready(queue_count: int) -> Any:
+    return select(selection.any_ready(queue_count))
 
 
 def _claim_held(session: Session, routes: selection.Routes, execution_id: uuid.UUID, limit: int,

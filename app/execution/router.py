@@ -56,7 +56,7 @@ async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -
     token); with `wait_seconds`, wait that long for work on those queues (answered as soon as
     some is claimed), holding neither a thread nor a database connection while waiting."""
     hub: wakeups.Hub = request.app.state.wakeups
-    waits = body.wait_seconds > 0
+    waits, served = body.wait_seconds > 0, frozenset(body.queues)
 
     async def attempt() -> tuple[list[WorkItem], bool]:
         # Time-driven work may be due: make it ready, do not look. The last claim on these
@@ -67,8 +67,8 @@ async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -
         if not (promote or busy) and waits and hub.quiet(execution_id, body.queues):
             return [], False
         started = tracing.now()
-        items, held_back = await hub.together(frozenset(body.queues), claim_now, Ask(
-            request, execution_id, body.limit, body.queues, waits, promote, busy, hub.generation))
+        items, held_back = await hub.together(served, claim_now, Ask(
+            request, execution_id, body.limit, sorted(served), waits, promote, busy, hub.generation))
         if started is not None:  # tracing is on
             tracing.claimed(started, [i.correlation.trace_id for i in items],
                             {"fenceline.execution_id": str(execution_id)})
@@ -106,7 +106,7 @@ def claim_now(asks: list[Ask]) -> list[tuple[list[WorkItem], bool] | AppError]:
     ready work on its queues was held back by a pool or a cap; or its refusal."""
     state = asks[0].request.app.state
     hub: wakeups.Hub = state.wakeups
-    answers: list[tuple[list[WorkItem], bool] | AppError] = [([], False)] * len(asks)
+    answers: list[tuple[list[WorkItem], bool] | AppError] = [([], False) for _ in asks]
     promote = any(ask.promote for ask in asks)
     committed = False
     try:

@@ -304,7 +304,9 @@ def hold_turns(session: Session) -> None:
     does, until it commits (PostgreSQL: a transaction-level advisory lock, taken after the
     pools). Claims hold at most one tenant's turn row otherwise, and never wait on anything
     once they hold it, so no two transactions can each hold a turn the other waits for
-    (a batch of claims takes the turns in claim order, not in tenant order)."""
+    (a batch of claims takes the turns in claim order, not in tenant order). The capped
+    tenants' rows, which claims lock when any tenant has a cap, are locked before any turn, in
+    key order (lock_routes)."""
     if is_postgres(session):
         session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": TURNS_LOCK_KEY})
 

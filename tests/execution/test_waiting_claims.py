@@ -10,7 +10,9 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -67,6 +69,42 @@ def waiting_claims(server: LiveServer, workers: list[Worker], **kwargs: Any) -> 
         count = len(started)
         wait_until(lambda: hub(server).waiting >= count, f"{count} waiting claims")  # noqa: B023
     return started
+
+
+def raw_claim(worker: Worker, body: bytes) -> bytes:
+    """A claim request as bytes, for a client that will leave without reading the answer."""
+    return (b"POST /v1/dispatch/claim HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            b"Authorization: " + worker.headers["Authorization"].encode() +
+            b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+@contextmanager
+def claim_transactions(server: LiveServer) -> Iterator[dict[str, Any]]:
+    """While inside: how many claims (claim rail UPDATEs) each transaction of `server` that
+    ended held, by how it ended ("commit", "rollback"), and how many looks ran ("looks")."""
+    engine = server.server.config.app.state.engine
+    ended: dict[str, Any] = {"commit": [], "rollback": [], "looks": 0}
+    claims: dict[Any, int] = {}
+
+    def count(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "UPDATE task_instances SET" in statement and "AS trace_id" in statement:  # the claim rail
+            claims[conn] = claims.get(conn, 0) + 1
+        elif "AS ready" in statement:
+            ended["looks"] += 1
+
+    def end(how: str) -> Callable[[Any], None]:
+        def record(conn: Any) -> None:
+            if conn in claims:
+                ended[how].append(claims.pop(conn))
+        return record
+    listeners = [("before_cursor_execute", count), ("commit", end("commit")), ("rollback", end("rollback"))]
+    for name, listener in listeners:
+        event.listen(engine, name, listener)
+    try:
+        yield ended
+    finally:
+        for name, listener in listeners:
+            event.remove(engine, name, listener)
 
 
 @pytest.fixture
@@ -188,36 +226,17 @@ class TestFairness:
         assert sorted(len(w.result()) for w in waiting) == [1, 2, 2]
 
 
+    @pytest.mark.usefixtures("no_promotion_net")
     def test_waiters_woken_by_one_event_claim_together_in_one_transaction(self, live_server, operator):
         """Each of the four waiters gets one of the run's four tasks, and the four claims are
         one transaction's (Hub.together): the pools are locked once, not once per waiter; and
         once one waiter's look found the work, the others do not look."""
         waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(4)])
-        engine = live_server.server.config.app.state.engine
-        claims: dict[Any, int] = {}
-        committed: list[int] = []
-        looks: list[str] = []
-
-        def count(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-            if "UPDATE task_instances SET" in statement and "queued_at=" in statement:
-                claims[conn] = claims.get(conn, 0) + 1
-            elif "AS ready" in statement:
-                looks.append(statement)
-
-        def commit(conn: Any) -> None:
-            if conn in claims:
-                committed.append(claims.pop(conn))
-        event.listen(engine, "before_cursor_execute", count)
-        event.listen(engine, "commit", commit)
-        try:
+        with claim_transactions(live_server) as ended:
             operator.create_run(*(task(f"t{n}") for n in range(4)))
             answers = [w.result() for w in waiting]
-        finally:
-            event.remove(engine, "before_cursor_execute", count)
-            event.remove(engine, "commit", commit)
         assert sorted(item["correlation"]["task_id"] for items in answers for item in items) == ["t0", "t1", "t2", "t3"]
-        assert committed == [4]
-        assert len(looks) <= 1  # none if the first was told to take the time-driven rails
+        assert ended == {"commit": [4], "rollback": [], "looks": 1}
 
 
 class TestGoneClient:
@@ -226,12 +245,8 @@ class TestGoneClient:
         The gone waiter is woken first, claims nothing and passes the wake on: the task goes to
         the claimer still connected, on the first claim it ever had."""
         gone_worker, live_worker = Worker(operator, "worker-gone"), Worker(operator, "worker-live")
-        body = b'{"limit": 1, "wait_seconds": 30}'
-        request = (b"POST /v1/dispatch/claim HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                   b"Authorization: " + gone_worker.headers["Authorization"].encode() +
-                   b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         with socket.create_connection(("127.0.0.1", live_server.port)) as raw:
-            raw.sendall(request)
+            raw.sendall(raw_claim(gone_worker, b'{"limit": 1, "wait_seconds": 30}'))
             wait_until(lambda: hub(live_server).waiting == 1, "the claim to wait")
         (still_there,) = waiting_claims(live_server, [live_worker])  # the older one is still queued
         ti_id = operator.create_run(task("t"))["task_instances"][0]["ti_id"]
@@ -248,14 +263,11 @@ class TestGoneClient:
         if not is_postgres:
             pytest.skip("a claim on SQLite takes no row lock to pause it at")
         gone_worker, live_worker = Worker(operator, "worker-gone"), Worker(operator, "worker-live")
-        body = b'{"limit": 1, "wait_seconds": 30}'
         with socket.create_connection(("127.0.0.1", live_server.port)) as raw:
-            raw.sendall(b"POST /v1/dispatch/claim HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                        b"Authorization: " + gone_worker.headers["Authorization"].encode() +
-                        b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            raw.sendall(raw_claim(gone_worker, b'{"limit": 1, "wait_seconds": 30}'))
             wait_until(lambda: hub(live_server).waiting == 1, "the claim to wait")
             (still_there,) = waiting_claims(live_server, [live_worker])
-            with engine.connect() as pause:
+            with engine.connect() as pause, claim_transactions(live_server) as ended:
                 pause.exec_driver_sql("SELECT 1 FROM pools WHERE name = 'default_pool' FOR NO KEY UPDATE")
                 operator.create_run(task("t0"), task("t1"))
                 wait_for_lock_waits(engine, 1)  # the woken waiters' transaction waits for the pool
@@ -264,7 +276,8 @@ class TestGoneClient:
                 wait_until(lambda: len(live_server.server.server_state.connections) < connections,
                            "the server to see the client go")
                 pause.rollback()
-            (item,) = still_there.result()  # after the transaction that claimed it committed
+                (item,) = still_there.result()  # after the transaction that claimed it committed
+            assert (ended["rollback"], ended["commit"]) == ([2], [1])
         others = [ti for ti in operator.run()["task_instances"] if ti["ti_id"] != item["correlation"]["ti_id"]]
         assert [(ti["state"], operator.attempts(ti["ti_id"])) for ti in others] == [("scheduled", [])]
         (attempt,) = operator.attempts(item["correlation"]["ti_id"])
@@ -273,10 +286,7 @@ class TestGoneClient:
     def test_with_no_other_claimer_the_task_stays_scheduled(self, live_server, operator):
         worker = Worker(operator)
         with socket.create_connection(("127.0.0.1", live_server.port)) as raw:
-            body = b'{"wait_seconds": 30}'
-            raw.sendall(b"POST /v1/dispatch/claim HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                        b"Authorization: " + worker.headers["Authorization"].encode() +
-                        b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            raw.sendall(raw_claim(worker, b'{"wait_seconds": 30}'))
             wait_until(lambda: hub(live_server).waiting == 1, "the claim to wait")
         operator.create_run(task("t"))
         # The woken waiter ends its request without claiming: wait for the server's request tasks to end.

@@ -2,11 +2,15 @@
 time; tests/routing/test_races.py races claimers against live servers)."""
 
 import uuid
+from datetime import timedelta
 
 import pytest
+from sqlalchemy import insert
 from sqlmodel import Session
 
+from app.db import utcnow
 from app.execution import dispatch
+from app.routing.models import Tenant
 from tests.api import Operator, Worker, assert_problem, json_of, task
 
 
@@ -165,9 +169,27 @@ class TestTenants:
         assert [(a.status, a.type) for a in (answers[1], answers[5])] == [(409, "stale-execution")] * 2
         taken = [[row.tenant_id for row in answers[n].rows] for n in (0, 2, 3, 4)]
         assert taken == [["big"], ["small"], ["big"], []]
+        assert answers[4].held_back is False  # nothing is left, rather than held back by a pool or a cap
         assert all(str(row.execution_id) == workers[n].execution_id for n in (0, 2, 3) for row in answers[n].rows)
         assert {ti["state"] for tenant in ("big", "small")
                 for ti in operator.run(run_id=f"run-{tenant}")["task_instances"]} == {"queued"}
+
+    def test_claims_made_together_each_take_a_turn_after_the_one_before(self, operator, engine):
+        """Tenant a was served an hour ago, b half an hour ago, and b's tasks are the older:
+        four claims made together take a, b, a, b, as four claims one after another do (their
+        turns are not one time, which the older tasks would then win)."""
+        self.create_tenant_run(operator, "b", 2)
+        self.create_tenant_run(operator, "a", 2)
+        with engine.begin() as conn:
+            conn.execute(insert(Tenant.__table__), [
+                {"tenant_id": "a", "last_claimed_at": utcnow() - timedelta(hours=1)},
+                {"tenant_id": "b", "last_claimed_at": utcnow() - timedelta(minutes=30)}])
+        workers = [Worker(operator, f"worker-{n}") for n in range(4)]
+        with Session(engine) as session:
+            answers = dispatch.claim_each(session=session, queues=["default"],
+                                          claims=[(uuid.UUID(w.execution_id), 1) for w in workers])
+            session.commit()
+        assert [row.tenant_id for answer in answers for row in answer.rows] == ["a", "b", "a", "b"]
 
     def test_a_tenant_cap_counts_queued_and_running(self, operator):
         assert json_of(operator.put("/v1/tenants/acme", json={"max_running": 2}))["max_running"] == 2
