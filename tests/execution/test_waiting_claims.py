@@ -5,6 +5,7 @@ when its wait ends; a waiter whose client has gone claims nothing.
 Each test makes its claims wait generously (far longer than the test needs) and asserts what
 the claim answers: a claim that was not woken would answer an empty list."""
 
+import asyncio
 import socket
 import threading
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event, update
+from sqlalchemy import create_engine, event, update
 
 from app import wakeups
 from app.db import utcnow
@@ -237,6 +238,51 @@ class TestFairness:
             answers = [w.result() for w in waiting]
         assert sorted(item["correlation"]["task_id"] for items in answers for item in items) == ["t0", "t1", "t2", "t3"]
         assert ended == {"commit": [4], "rollback": [], "looks": 1}
+
+
+    @pytest.mark.usefixtures("no_promotion_net")
+    def test_claims_naming_the_same_queues_twice_or_once_claim_together(self, live_server, operator):
+        """A batch is one set of queues, however a claim lists them: one transaction, a task each."""
+        waiting = [Waiting(live_server, Worker(operator, "worker-0"), queues=["default", "default"])]
+        wait_until(lambda: hub(live_server).waiting == 1, "the first claim to wait")
+        waiting.append(Waiting(live_server, Worker(operator, "worker-1"), queues=["default"]))
+        wait_until(lambda: hub(live_server).waiting == 2, "both claims to wait")
+        with claim_transactions(live_server) as ended:
+            operator.create_run(task("t0"), task("t1"))
+            answers = [w.result() for w in waiting]
+        assert sorted(item["correlation"]["task_id"] for items in answers for item in items) == ["t0", "t1"]
+        assert ended["commit"] == [2]
+
+
+def test_asks_made_together_run_once_and_each_is_answered_however_the_run_ends():
+    """Hub.together: the asks of one turn of the event loop run once, answered in order; a run
+    that fails answers every ask with its error; an ask given up before its run starts is left
+    out of it."""
+    async def scenario() -> None:
+        together = Hub(create_engine("sqlite://"), lambda: None, claim_threads=2)
+        await together.start()
+        runs: list[list[int]] = []
+
+        def run(asks: list[int]) -> list[int]:
+            runs.append(list(asks))
+            return [ask * 10 for ask in asks]
+
+        def fail(asks: list[int]) -> list[int]:
+            raise RuntimeError("the database is away")
+        try:
+            assert await asyncio.gather(*(together.together("q", run, n) for n in range(3))) == [0, 10, 20]
+            assert runs == [[0, 1, 2]]
+            failed = await asyncio.gather(*(together.together("q", fail, n) for n in range(2)), return_exceptions=True)
+            assert [repr(error) for error in failed] == [repr(RuntimeError("the database is away"))] * 2
+            given_up = asyncio.ensure_future(together.together("q", run, 1))
+            kept = asyncio.ensure_future(together.together("q", run, 2))
+            await asyncio.sleep(0)  # both have asked; their run has not started
+            given_up.cancel()
+            assert await kept == 20
+            assert runs[-1] == [2]
+        finally:
+            await together.stop()
+    asyncio.run(scenario())
 
 
 class TestGoneClient:
