@@ -137,32 +137,22 @@ def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], que
     if len(claims) > 1:
         selection.hold_turns(session)  # each claim of one takes its tenant's turn: not in tenant order
     answers: list[Claimed | AppError] = []
-    held_back = routes is not None  # what a claim that finds nothing says: ready work was held back
-    exhausted, took = routes is None, False
+    nothing = None if routes is not None else Claimed([])  # once a claim found nothing: what it answered
     for n, (execution_id, limit) in enumerate(claims):
         at = now + timedelta(microseconds=n)  # each claim's own time: its turn comes after the one before's
         try:
-            if exhausted:  # an earlier claim found nothing: neither can this one (it would choose the same)
+            if nothing is not None:  # an earlier claim found nothing: neither can this one (it would choose the same)
                 require_current_execution(session, execution_id)
-                answers.append(Claimed([], held_back=held_back))
+                answers.append(Claimed([], held_back=nothing.held_back))
                 continue
             claimed = _claim_held(session, routes, execution_id, limit, queues, at, postgres)
         except AppError as refusal:
             answers.append(refusal)
             continue
         if not claimed.rows:
-            exhausted = True
-            if took:  # the claims before it may have taken all that was ready: held back only if some is left
-                held_back = bool(session.execute(_anything_ready(len(queues)), selection.params(queues, at)).scalar())
-                claimed = Claimed([], held_back=held_back)
-        took = took or bool(claimed.rows)
+            nothing = claimed
         answers.append(claimed)
     return answers
-
-
-@cache
-def _anything_ready(queue_count: int) -> Any:
-    return select(selection.any_ready(queue_count))
 
 
 def _claim_held(session: Session, routes: selection.Routes, execution_id: uuid.UUID, limit: int,
@@ -176,9 +166,8 @@ def _claim_held(session: Session, routes: selection.Routes, execution_id: uuid.U
     else:  # the choice first (its cut to what fits together is Python's), then the claim by key
         chosen = selection.choose(session, routes, queues, now, limit)
         claimed = session.execute(CLAIM, {"ids": chosen, **claimer}).all() if chosen else []
-    if not claimed:
-        require_current_execution(session, execution_id)  # nothing claimed: say so if that is why
-        return Claimed([], held_back=True)
+    if not claimed:  # 409 if the execution may not claim (that is why); else whether ready work was held back
+        return Claimed([], held_back=work_ready(session=session, execution_id=execution_id, queues=queues, now=now))
     if not (postgres and limit == 1):  # else the claim's statement did both
         selection.take_turns(session, (row.tenant_id for row in claimed), now)
         open_attempts(session, claimed, now)
