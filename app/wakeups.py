@@ -170,7 +170,7 @@ class Waiter:
     """A waiting claim: the queues it serves, whether its last look found ready work on them
     that a pool or a cap held back, and the execution it claims for."""
 
-    future: "asyncio.Future[None]"
+    future: "asyncio.Future[bool]"  # True: woken; False: its wait ended
     queues: frozenset[str]
     blocked: bool = False
     claimer: uuid.UUID | None = None
@@ -312,7 +312,7 @@ class Hub:
         self._waiters.remove(waiter)
         if waiter.future.done():
             return False
-        waiter.future.set_result(None)
+        waiter.future.set_result(True)
         return True
 
     def take_promotion(self) -> bool:
@@ -380,20 +380,29 @@ class Hub:
                    claimer: uuid.UUID | None = None) -> bool:
         """Wait to be woken, at most `timeout` seconds, by work on `queues` (every queue when
         None), if `blocked` (ready work on them was held back) by freed room, or by `claimer`
-        turning stale; True if woken."""
+        turning stale; True if woken. The wait is one future and one timer, no task of its own:
+        a woken waiter's wake is used, also as the timer fires."""
         assert self._loop is not None, "the hub has not started"
         waiter = Waiter(self._loop.create_future(), queues if queues is not None else ANY_QUEUE, blocked, claimer)
         self._waiters.append(waiter)
+        timer = self._loop.call_later(timeout, self._wait_ended, waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
-        except TimeoutError:
-            pass
+            return await waiter.future
         finally:
-            if not waiter.future.done():  # not woken: a later wake skips it
-                waiter.future.cancel()
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-        return not waiter.future.cancelled()  # woken, also as the wait ended: the wake is used, not lost
+            timer.cancel()
+            if waiter.future.cancelled():  # its request was cancelled: a later wake skips it
+                self._forget(waiter)
+
+    def _wait_ended(self, waiter: Waiter) -> None:
+        if not waiter.future.done():
+            waiter.future.set_result(False)
+            self._forget(waiter)
+
+    def _forget(self, waiter: Waiter) -> None:
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            pass  # woken already
 
     # claim threads -------------------------------------------------------------------------
 
@@ -497,15 +506,15 @@ async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T],
     and whether ready work on them was held back by a pool or a cap) until it answers something
     or `seconds` have passed, waiting for wake-ups on those queues in between. Nothing is
     claimed once `gone()` (the client left); a waiter that was woken and does not claim passes
-    its wake on."""
+    its wake on. A claim before any wait is made whatever `gone()` would say (asking costs a
+    cancelled receive): claim_now checks the clients it hands items to before it commits."""
     served = frozenset(queues) if queues is not None else None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     woken = False
     while True:
-        if await gone():
-            if woken:
-                hub.wake(1, served)
+        if woken and await gone():
+            hub.wake(1, served)
             return []
         seen = hub.generation
         try:

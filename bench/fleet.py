@@ -217,8 +217,10 @@ def run(idle: int = 1000, busy: int = 100, idle_seconds: float = 30.0, runs: int
         backend: str = "postgresql", claim_wait: float = CLAIM_WAIT, workers: int = 2) -> dict[str, object]:
     """The fleet's figures, against a fresh server and database."""
     raise_open_files(2 * (idle + busy) + 1000)
-    workers = workers if serve_workers_option() and backend == "postgresql" else 1
-    args = ["--workers", str(workers)] if workers > 1 else []
+    option = serve_workers_option()
+    workers = workers if option and backend == "postgresql" else 1
+    # Always said: unsaid, `serve` runs as many processes as there are cores on PostgreSQL.
+    args = ["--workers", str(workers)] if option else []
     with Server(backend, *args) as server:
         figures = asyncio.run(fleet(server, idle, busy, idle_seconds, runs, tasks_per_run, claim_wait))
     return {"server processes": workers, **figures}
@@ -239,7 +241,7 @@ def main() -> None:
                   args.claim_wait, args.workers)
     errors = figures.pop("first errors")
     print(table(["figure", "value"], [[name, value] for name, value in figures.items()]))
-    if figures["server processes"] == 1:
+    if not serve_workers_option():
         print("(one server process: `fenceline serve --workers` does not exist in this build)")
     for error in errors:
         print("error:", error)
