@@ -50,8 +50,8 @@ _PENDING, _SENT, _TIMED = "fenceline_wakeups_pending", "fenceline_wakeups_sent",
 # A claim takes the time-driven rails (promotion) when something may have come due, and at
 # least this often whatever it heard (rows a promotion skipped because another transaction held
 # them, and time-driven work whose timer this process could not set, stay claimable): the same
-# bound as QUIET_FOR_SECONDS puts on a missed event. Each such promotion is a claim transaction
-# of its own on an idle fleet (at 1 s it was a fifth of an idle fleet's CPU, on two processes).
+# bound as QUIET_FOR_SECONDS puts on a missed event. On an idle fleet each such promotion is a
+# claim transaction of its own, in every process (docs/performance.md, seventh round).
 PROMOTION_EVERY_SECONDS = 5.0
 RECONNECT_CAP_SECONDS = 10.0
 ANY_QUEUE: frozenset[str] = frozenset()  # a waiter serving every queue: woken by any work

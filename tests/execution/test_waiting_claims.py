@@ -285,6 +285,33 @@ def test_asks_made_together_run_once_and_each_is_answered_however_the_run_ends()
     asyncio.run(scenario())
 
 
+def test_a_wait_ends_woken_timed_out_or_cancelled_and_a_wake_reaches_only_a_live_waiter():
+    """Hub.wait: a wake answers True; a wait that runs out answers False and is not woken
+    later; a wait whose request is cancelled takes no wake, which goes to the next waiter."""
+    async def scenario() -> None:
+        hub = Hub(create_engine("sqlite://"), lambda: None, claim_threads=1)
+        await hub.start()
+        try:
+            woken = asyncio.ensure_future(hub.wait(5))
+            await asyncio.sleep(0)
+            hub.wake(1)
+            assert await woken is True
+            assert await hub.wait(0.01) is False
+            assert list(hub._waiters) == []  # an ended wait leaves nothing behind for later wakes to scan
+            cancelled = asyncio.ensure_future(hub.wait(5))
+            later = asyncio.ensure_future(hub.wait(5))
+            await asyncio.sleep(0)
+            cancelled.cancel()
+            await asyncio.gather(cancelled, return_exceptions=True)
+            assert hub.waiting == 1 and len(hub._waiters) == 1
+            hub.wake(1)  # the oldest live waiter is the later one
+            assert await later is True
+            assert hub.waiting == 0
+        finally:
+            await hub.stop()
+    asyncio.run(asyncio.wait_for(scenario(), 10))  # a wait whose timer never ends it fails, not hangs
+
+
 class TestGoneClient:
     def test_a_waiter_whose_client_has_gone_claims_nothing(self, live_server, operator):
         """The client of the oldest waiting claim closes its connection; a run is then created.
