@@ -335,6 +335,9 @@ class TestGoneClient:
         made again without it: the other gets a task, and the gone one's stays scheduled."""
         if not is_postgres:
             pytest.skip("a claim on SQLite takes no row lock to pause it at")
+        # A listener that starts listening only after the claims wait resynchronises, waking the
+        # oldest of them on its own: the two would then not be woken, and claim, together.
+        wait_until(lambda: hub(live_server).hearing, "the server to hear every event")
         gone_worker, live_worker = Worker(operator, "worker-gone"), Worker(operator, "worker-live")
         with socket.create_connection(("127.0.0.1", live_server.port)) as raw:
             raw.sendall(raw_claim(gone_worker, b'{"limit": 1, "wait_seconds": 30}'))
