@@ -508,15 +508,17 @@ async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T],
     and whether ready work on them was held back by a pool or a cap) until it answers something
     or `seconds` have passed, waiting for wake-ups on those queues in between. Nothing is
     claimed once `gone()` (the client left); a waiter that was woken and does not claim passes
-    its wake on. A claim before any wait is made whatever `gone()` would say (asking costs a
-    cancelled receive): claim_now checks the clients it hands items to before it commits."""
+    its wake on. `gone()` (a cancelled receive) is asked once before a claim that does not
+    wait, and after each wait: before a waiting claim's first attempt claim_now's own check,
+    of the waiting clients it hands items to before it commits, covers it."""
     served = frozenset(queues) if queues is not None else None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     woken = False
     while True:
-        if woken and await gone():
-            hub.wake(1, served)
+        if (woken or seconds <= 0) and await gone():
+            if woken:
+                hub.wake(1, served)
             return []
         seen = hub.generation
         try:
