@@ -491,14 +491,38 @@ class Hub:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self._resync()  # what was looked at before may have changed unheard
                     self._hearing, delay = True, 0.5
-                    async for note in conn.notifies():
-                        self.deliver(Ready.parse(note.payload))
+                    await self._hear(conn)
             except psycopg.Error as exc:
                 log.warning("wake-up listener lost its connection (%s); reconnecting in %.1fs", exc, delay)
             finally:
                 self._hearing = False
             await asyncio.sleep(delay)
             delay = min(RECONNECT_CAP_SECONDS, delay * 2)
+
+    async def _hear(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Deliver the events that reach `conn` until it is lost (psycopg's error).
+
+        Read when its socket is readable, not through psycopg's `notifies()`, which wakes ten
+        times a second in every process to find nothing (docs/performance.md, eighth round).
+        Nothing else uses the connection once it listens. The socket is watched only while
+        waiting, as psycopg does: libpq closes it when it finds the connection lost."""
+        assert self._loop is not None
+        loop, pgconn, encoding, fd = self._loop, conn.pgconn, conn.info.encoding, conn.fileno()
+        while True:
+            pgconn.consume_input()
+            while (note := pgconn.notifies()) is not None:
+                self.deliver(Ready.parse(note.extra.decode(encoding, "replace")))
+            readable = loop.create_future()
+            loop.add_reader(fd, _settle, readable)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(fd)
+
+
+def _settle(future: "asyncio.Future[None]") -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T], bool]]], *, limit: int,

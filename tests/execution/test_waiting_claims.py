@@ -452,6 +452,29 @@ class TestWhatWasHeard:
         assert operator.find_ti("t")["state"] == "scheduled"
 
 
+def test_a_listener_whose_connection_is_lost_listens_again_and_wakes_waiting_claims(live_server, operator,
+                                                                                     engine, is_postgres):
+    """The database ends the server's listening connection (as a restart or a failover would):
+    the server listens again on a new one, and a run created after that wakes a waiting claim."""
+    if not is_postgres:
+        pytest.skip("SQLite's events do not cross a connection")
+
+    def listening() -> list[int]:
+        with engine.connect() as conn:
+            return list(conn.exec_driver_sql(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                f" AND query = 'LISTEN {wakeups.CHANNEL}'").scalars())
+
+    (lost,) = wait_until(lambda: hub(live_server).hearing and listening(), "the server to listen")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql(f"SELECT pg_terminate_backend({lost})").scalar() is True
+    wait_until(lambda: hub(live_server).hearing and listening() not in ([], [lost]), "the server to listen again")
+    (waiting,) = waiting_claims(live_server, [Worker(operator)])
+    operator.create_run(task("t"))
+    (item,) = waiting.result()
+    assert item["correlation"]["task_id"] == "t"
+
+
 @pytest.fixture
 def replicas(db_url, engine, is_postgres):
     if not is_postgres:
