@@ -28,6 +28,7 @@ away and wakes the named one's waiting claims, which then look and are told to t
 import asyncio
 import json
 import logging
+import math
 import time
 import uuid
 from collections import Counter, deque
@@ -62,6 +63,9 @@ BUSY_QUEUE_SETS = 256  # the queue sets Hub.busy and Hub.quiet remember (forgott
 QUIET_FOR_SECONDS = 5.0
 HEARD_QUEUES = 4096  # the queues whose last event Hub.quiet remembers (beyond: as if every queue was named)
 STANDING_EXECUTIONS = 100_000  # the executions Hub.quiet remembers as current (forgotten all at once beyond)
+# A wait at least this long ends on a whole second of the monotonic clock, which every process
+# of the machine shares, up to a second before it was asked to end (wait_ends).
+ALIGNED_FROM_SECONDS = 10.0
 # The most claim attempts one run of Hub.together takes (its transaction holds the pools' lock
 # for all of them: beyond this, the next ones go in a run of their own, answered sooner).
 TOGETHER_AT_MOST = 16
@@ -525,19 +529,30 @@ def _settle(future: "asyncio.Future[None]") -> None:
         future.set_result(None)
 
 
+def wait_ends(now: float, seconds: float) -> float:
+    """When a wait of `seconds` begun at `now` (the loop's monotonic clock) ends: a long one
+    (ALIGNED_FROM_SECONDS or more) on the whole second before, so that the waits of an idle
+    fleet that end in the same second, in every process, end in one wake-up of each process. A
+    wake-up of its own for each wait that ran out cost an idle process as much again as the
+    renewal that follows it (docs/performance.md, eighth round)."""
+    end = now + seconds
+    return math.floor(end) if seconds >= ALIGNED_FROM_SECONDS else end
+
+
 async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T], bool]]], *, limit: int,
                         seconds: float, gone: Callable[[], Awaitable[bool]],
                         queues: Iterable[str] | None = None, claimer: uuid.UUID | None = None) -> list[T]:
     """`attempt()` (one claim of up to `limit` on `queues` for `claimer`, answering its items
     and whether ready work on them was held back by a pool or a cap) until it answers something
-    or `seconds` have passed, waiting for wake-ups on those queues in between. Nothing is
+    or its wait ends (wait_ends: `seconds`, a long wait up to a second less), waiting for
+    wake-ups on those queues in between. Nothing is
     claimed once `gone()` (the client left); a waiter that was woken and does not claim passes
     its wake on. `gone()` (a cancelled receive) is asked once before a claim that does not
     wait, and after each wait: before a waiting claim's first attempt claim_now's own check,
     of the waiting clients it hands items to before it commits, covers it."""
     served = frozenset(queues) if queues is not None else None
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
+    deadline = wait_ends(loop.time(), seconds)
     woken = False
     while True:
         if (woken or seconds <= 0) and await gone():

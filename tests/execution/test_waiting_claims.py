@@ -312,6 +312,46 @@ def test_a_wait_ends_woken_timed_out_or_cancelled_and_a_wake_reaches_only_a_live
     asyncio.run(asyncio.wait_for(scenario(), 10))  # a wait whose timer never ends it fails, not hangs
 
 
+
+def test_long_waits_that_end_in_the_same_second_end_together_and_never_late(monkeypatch):
+    """An idle fleet's waits run out together (wakeups.wait_ends): two long waits begun 0.2 s
+    apart, whose ends fall in the same second, answer in the same turn of the event loop, on that
+    second, neither after its time nor more than a second before it. A short wait keeps its time."""
+    monkeypatch.setattr(wakeups, "ALIGNED_FROM_SECONDS", 1.0)  # as a 10-30 s wait, in a test's time
+
+    async def nothing() -> tuple[list[int], bool]:
+        return [], False
+
+    async def still_there() -> bool:
+        return False
+
+    async def scenario() -> None:
+        hub = Hub(create_engine("sqlite://"), lambda: None, claim_threads=1)
+        await hub.start()
+        loop = asyncio.get_running_loop()
+        ended: list[tuple[float, float]] = []
+
+        async def wait(seconds: float) -> None:
+            asked = loop.time() + seconds
+            assert await wakeups.wait_for_work(hub, nothing, limit=1, seconds=seconds, gone=still_there) == []
+            ended.append((asked, loop.time()))
+        try:
+            await asyncio.sleep(1.05 - loop.time() % 1)  # just after a whole second: both ends in the next
+            first = asyncio.ensure_future(wait(1.5))
+            await asyncio.sleep(0.2)
+            await asyncio.gather(first, wait(1.5))
+            (asked_first, first_end), (asked_second, second_end) = ended
+            assert first_end == pytest.approx(second_end, abs=0.005)
+            assert first_end == pytest.approx(round(first_end), abs=0.02)  # on the whole second
+            for asked, end in ended:
+                assert asked - 1 <= end <= asked + 0.02
+            asked = loop.time() + 0.5
+            await wakeups.wait_for_work(hub, nothing, limit=1, seconds=0.5, gone=still_there)
+            assert loop.time() >= asked - 0.005  # below ALIGNED_FROM_SECONDS: its own time
+        finally:
+            await hub.stop()
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
 class TestGoneClient:
     def test_a_waiter_whose_client_has_gone_claims_nothing(self, live_server, operator):
         """The client of the oldest waiting claim closes its connection; a run is then created.
