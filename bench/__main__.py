@@ -12,7 +12,9 @@ over the figure's measured interval:
   at concurrency 8, one server process, on SQLite and PostgreSQL;
 - biglog: a 200 MB collapsed log (three epochs) read whole through /api/v2 JSON, NDJSON and
   /api/v1 text: MB/s and the server's resident-memory growth;
-- fleet (bench/fleet.py): 1,000 idle workers holding waiting claims beside 100 busy agents.
+- fleet (bench/fleet.py): 1,000 idle workers holding waiting claims beside 100 busy agents;
+- floors (bench/floors.py): what a request costs with none of fenceline in it (a bare route,
+  a transaction in an ORM session or on a bare psycopg connection, in the threadpool or not).
 """
 
 import argparse
@@ -24,7 +26,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import fleet, reads, roundtrips  # noqa: E402
+from bench import fleet, floors, reads, roundtrips  # noqa: E402
 from bench.common import Server, admit, table  # noqa: E402
 
 MB = 1024 * 1024
@@ -95,6 +97,7 @@ FIGURES = {
                                         for row in reads.measure(backend, a.seconds, 8)]),
     "biglog": lambda a: (BIGLOG_HEADERS, biglog(a.log_mb)),
     "fleet": lambda a: (["figure", "value"], fleet_figures()),
+    "floors": lambda a: (floors.HEADERS, floors.measure(a.seconds, 8)),
 }
 
 
