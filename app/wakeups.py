@@ -205,6 +205,7 @@ class Hub:
         self._promoted_at = 0.0
         self._waiters: deque[Waiter] = deque()
         self._pending = 0  # task instances announced and, as far as this process knows, not taken
+        self._passing: dict[frozenset[str] | None, int] = {}  # full claims of this turn, by queues (took)
         self._busy: set[frozenset[str]] = set()  # queue sets whose last claim came back full (busy)
         # For quiet(): whether every event reaches this hub now (PostgreSQL: while listening),
         # the generation of the last event naming each queue, naming none, and of the last stale
@@ -340,7 +341,10 @@ class Hub:
     def took(self, claimed: int, full: bool, queues: frozenset[str] | None = None) -> None:
         """A claim on `queues` came back with `claimed` items; `full` if it took all it asked
         for (more may be ready: the next waiter on those queues is woken while announced work
-        may remain, and the next claim on them need not look first)."""
+        may remain, and the next claim on them need not look first). The wake is passed on once
+        this turn of the event loop has heard every claim made together with this one (they
+        resume in the same turn): claims that took, between them, all that was announced wake
+        nobody to find nothing."""
         self._pending = max(0, self._pending - claimed) if full else 0
         served = queues if queues is not None else ANY_QUEUE
         if full:
@@ -350,7 +354,16 @@ class Hub:
         else:
             self._busy.discard(served)
         if full and self._pending:
-            self.wake(1, queues)
+            if not self._passing:
+                assert self._loop is not None
+                self._loop.call_soon(self._pass_on)
+            self._passing[queues] = self._passing.get(queues, 0) + 1
+
+    def _pass_on(self) -> None:
+        """One wake for each full claim of this turn, on its queues, while announced work remains."""
+        passing, self._passing = self._passing, {}
+        for queues, full in passing.items():
+            self.wake(min(full, self._pending), queues)
 
     def quiet(self, claimer: uuid.UUID, queues: Iterable[str]) -> bool:
         """Whether a look for `claimer` on exactly these queues is known to find nothing ready

@@ -313,6 +313,41 @@ def test_a_wait_ends_woken_timed_out_or_cancelled_and_a_wake_reaches_only_a_live
 
 
 
+def test_claims_made_together_pass_a_wake_on_only_for_announced_work_they_left():
+    """Hub.took: claims woken by one event that took, between them, all it announced wake no
+    other waiter (it would find nothing); when announced work is left, a full claim passes its
+    wake on, once its turn of the event loop is over."""
+    async def scenario() -> None:
+        hub = Hub(create_engine("sqlite://"), lambda: None, claim_threads=1)
+        await hub.start()
+        queues = frozenset({"q"})
+        try:
+            hub.took(0, False, queues)  # what the start's resynchronisation announced was looked for
+            waits = [asyncio.ensure_future(hub.wait(5, queues)) for _ in range(3)]
+            await asyncio.sleep(0)
+            hub.deliver(wakeups.Ready(count=2, queue="q"))
+            assert hub.waiting == 1  # the two oldest are woken
+            for _ in range(2):  # their claims, made together, each took the one it asked for
+                hub.took(1, True, queues)
+            await asyncio.sleep(0.01)
+            assert hub.waiting == 1 and not waits[2].done()
+
+            second = asyncio.ensure_future(hub.wait(5, queues))
+            await asyncio.sleep(0)
+            hub.deliver(wakeups.Ready(count=3, queue="q"))  # three tasks for the two waiters: both woken
+            assert hub.waiting == 0
+            later = asyncio.ensure_future(hub.wait(5, queues))
+            await asyncio.sleep(0)
+            for _ in range(2):
+                hub.took(1, True, queues)
+            assert hub.waiting == 1  # passed on once the turn is over, not by each claim
+            await asyncio.sleep(0.01)
+            assert hub.waiting == 0 and later.done() and second.done()  # one task is left: the next waiter looks
+        finally:
+            await hub.stop()
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
 def test_long_waits_that_end_in_the_same_second_end_together_and_never_late(monkeypatch):
     """An idle fleet's waits run out together (wakeups.wait_ends): two long waits begun 0.2 s
     apart, whose ends fall in the same second, answer in the same turn of the event loop, on that
