@@ -205,7 +205,8 @@ class Hub:
         self._promoted_at = 0.0
         self._waiters: deque[Waiter] = deque()
         self._pending = 0  # task instances announced and, as far as this process knows, not taken
-        self._passing: dict[frozenset[str] | None, int] = {}  # full claims of this turn, by queues (took)
+        # The full claims of this turn and the announced work left after the last, by queues (took).
+        self._passing: dict[frozenset[str] | None, tuple[int, int]] = {}
         self._busy: set[frozenset[str]] = set()  # queue sets whose last claim came back full (busy)
         # For quiet(): whether every event reaches this hub now (PostgreSQL: while listening),
         # the generation of the last event naming each queue, naming none, and of the last stale
@@ -357,13 +358,18 @@ class Hub:
             if not self._passing:
                 assert self._loop is not None
                 self._loop.call_soon(self._pass_on)
-            self._passing[queues] = self._passing.get(queues, 0) + 1
+            claims, _ = self._passing.get(queues, (0, 0))
+            self._passing[queues] = (claims + 1, self._pending)
+        else:  # nothing announced is left for the next waiter on these queues
+            self._passing.pop(queues, None)
 
     def _pass_on(self) -> None:
-        """One wake for each full claim of this turn, on its queues, while announced work remains."""
+        """One wake for each full claim of this turn on its queues, up to the announced work its
+        queues' last claim left (a later claim on other queues that came back short does not
+        take it away)."""
         passing, self._passing = self._passing, {}
-        for queues, full in passing.items():
-            self.wake(min(full, self._pending), queues)
+        for queues, (claims, left) in passing.items():
+            self.wake(min(claims, left), queues)
 
     def quiet(self, claimer: uuid.UUID, queues: Iterable[str]) -> bool:
         """Whether a look for `claimer` on exactly these queues is known to find nothing ready
@@ -505,30 +511,39 @@ class Hub:
                 async with await psycopg.AsyncConnection.connect(
                         conninfo, autocommit=True, keepalives=1, keepalives_idle=30, keepalives_interval=10,
                         keepalives_count=3) as conn:  # a connection dead without a word: lost within a minute
+                    conn.add_notify_handler(self._notified)  # also what arrives while LISTEN runs
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self._resync()  # what was looked at before may have changed unheard
                     self._hearing, delay = True, 0.5
                     await self._hear(conn)
-            except psycopg.Error as exc:
+            except (psycopg.Error, OSError) as exc:
                 log.warning("wake-up listener lost its connection (%s); reconnecting in %.1fs", exc, delay)
+            except Exception:  # a bug must not end the listening for good: say it, and listen again
+                log.exception("wake-up listener failed; listening again in %.1fs", delay)
             finally:
                 self._hearing = False
             await asyncio.sleep(delay)
             delay = min(RECONNECT_CAP_SECONDS, delay * 2)
 
+    def _notified(self, note: psycopg.Notify) -> None:
+        self.deliver(Ready.parse(note.payload))
+
     async def _hear(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Deliver the events that reach `conn` until it is lost (psycopg's error).
+        """Hand the notifications that reach `conn` to its notify handlers (_notified) until it is
+        lost (psycopg's error).
 
         Read when its socket is readable, not through psycopg's `notifies()`, which wakes ten
         times a second in every process to find nothing (docs/performance.md, eighth round).
         Nothing else uses the connection once it listens. The socket is watched only while
         waiting, as psycopg does: libpq closes it when it finds the connection lost."""
         assert self._loop is not None
-        loop, pgconn, encoding, fd = self._loop, conn.pgconn, conn.info.encoding, conn.fileno()
+        loop, pgconn, fd = self._loop, conn.pgconn, conn.fileno()
+        handle = pgconn.notify_handler  # psycopg's: decodes, then calls the connection's handlers
+        assert handle is not None
         while True:
             pgconn.consume_input()
             while (note := pgconn.notifies()) is not None:
-                self.deliver(Ready.parse(note.extra.decode(encoding, "replace")))
+                handle(note)
             readable = loop.create_future()
             loop.add_reader(fd, _settle, readable)
             try:
@@ -558,11 +573,11 @@ async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T],
     """`attempt()` (one claim of up to `limit` on `queues` for `claimer`, answering its items
     and whether ready work on them was held back by a pool or a cap) until it answers something
     or its wait ends (wait_ends: `seconds`, a long wait up to a second less), waiting for
-    wake-ups on those queues in between. Nothing is
-    claimed once `gone()` (the client left); a waiter that was woken and does not claim passes
-    its wake on. `gone()` (a cancelled receive) is asked once before a claim that does not
-    wait, and after each wait: before a waiting claim's first attempt claim_now's own check,
-    of the waiting clients it hands items to before it commits, covers it."""
+    wake-ups on those queues in between. Nothing is claimed once `gone()` (the client left); a
+    waiter that was woken and does not claim passes its wake on. `gone()` (a cancelled receive)
+    is asked once before a claim that does not wait, and after each wait: before a waiting
+    claim's first attempt claim_now's own check, of the waiting clients it hands items to before
+    it commits, covers it."""
     served = frozenset(queues) if queues is not None else None
     loop = asyncio.get_running_loop()
     deadline = wait_ends(loop.time(), seconds)

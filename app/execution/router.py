@@ -53,8 +53,9 @@ def status(ti: TaskInstance) -> AttemptStatus:
 @router.post("/v1/dispatch/claim", responses=refusals(StaleExecution))
 async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -> WorkItems:
     """Claim up to `limit` ready task instances on `queues` for the calling execution (worker
-    token); with `wait_seconds`, wait that long for work on those queues (answered as soon as
-    some is claimed), holding neither a thread nor a database connection while waiting."""
+    token); with `wait_seconds`, wait up to that long for work on those queues (answered as
+    soon as some is claimed; a wait of 10 s or more ends on a whole second, up to a second
+    early), holding neither a thread nor a database connection while waiting."""
     hub: wakeups.Hub = request.app.state.wakeups
     waits, served = body.wait_seconds > 0, frozenset(body.queues)
 

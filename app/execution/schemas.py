@@ -19,8 +19,9 @@ MAX_CLAIM_WAIT_SECONDS = 30
 
 
 class ClaimRequest(Strict):
-    """Up to `limit` ready task instances; with `wait_seconds`, the claim waits that long for
-    work to become ready (answered as soon as it is) before it answers an empty list."""
+    """Up to `limit` ready task instances; with `wait_seconds`, the claim waits up to that long
+    for work to become ready (answered as soon as it is) before it answers an empty list (a wait
+    of 10 s or more ends on a whole second, up to a second early)."""
 
     limit: Annotated[int, Field(ge=1, le=100)] = 1
     queues: Annotated[list[RouteName], Field(min_length=1, max_length=50,
