@@ -44,6 +44,20 @@ def database(backend: str, data_dir: Path) -> Iterator[str | None]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def wait_until_serving(process: subprocess.Popen, url: str, what: str, seconds: float = 60) -> None:
+    """Return once GET `url` answers 200; RuntimeError if `process` ends or `seconds` pass first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.1)
+
+
 class Server:
     """`fenceline serve` in a subprocess, on a temp data dir and a free port."""
 
@@ -67,17 +81,11 @@ class Server:
              *self.serve_args],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                self.__exit__()
-                raise RuntimeError("fenceline serve did not start")
-            time.sleep(0.1)
+        try:
+            wait_until_serving(self.process, self.url + "/health", "fenceline serve")
+        except RuntimeError:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -23,17 +23,14 @@ import queue
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import database, free_port, percentile, table  # noqa: E402
+from bench.common import database, free_port, percentile, table, wait_until_serving  # noqa: E402
 from bench.fleet import process_tree_cpu_seconds  # noqa: E402
 from bench.reads import hammer  # noqa: E402
 
@@ -121,16 +118,7 @@ def served(url: str) -> Iterator[tuple[str, int]]:
          "--log-level", "warning"], cwd=ROOT, env={**os.environ, URL_VARIABLE: url})
     address = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(address + "/nothing", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("the floors application did not start")
-            time.sleep(0.1)
+        wait_until_serving(process, address + "/nothing", "the floors application")
         yield address, process.pid
     finally:
         process.terminate()

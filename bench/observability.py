@@ -32,7 +32,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.attempts import agent, create_runs, worker_headers  # noqa: E402
-from bench.common import ADMIN_PASSWORD, concurrent_rate, database, free_port, table  # noqa: E402
+from bench.common import ADMIN_PASSWORD, concurrent_rate, database, free_port, table, wait_until_serving  # noqa: E402
 
 VARIANTS = ("bare", "metrics", "metrics + plain logs", "metrics + json logs")
 
@@ -121,16 +121,7 @@ def server(backend: str, variant: str) -> Iterator[tuple[str, int]]:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(base + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"the {variant} server did not start")
-                time.sleep(0.1)
+            wait_until_serving(process, base + "/health", f"the {variant} server")
             yield base, process.pid
         finally:
             process.terminate()
