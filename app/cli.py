@@ -13,9 +13,9 @@ from app.config import Settings, get_settings, log_store_name
 
 
 def _prepare(settings: Settings, say: Callable[[str], None] = lambda _: None) -> str:
-    """The start-up checks both `serve` and `migrate` make (app/startup.py): the database URL,
+    """The start-up checks both `serve` and `migrate` make (app/ops/startup.py): the database URL,
     the directories, the database answering. Answers the URL."""
-    from app import startup
+    from app.ops import startup
 
     engine = startup.database_engine(settings)
     startup.check_directories(settings)
@@ -25,7 +25,7 @@ def _prepare(settings: Settings, say: Callable[[str], None] = lambda _: None) ->
 
 
 def _migrate(settings: Settings, say: Callable[[str], None] = lambda _: None) -> str:
-    from app.migrate import upgrade
+    from app.ops.migrate import upgrade
 
     url = _prepare(settings, say)
     upgrade(url)
@@ -33,7 +33,7 @@ def _migrate(settings: Settings, say: Callable[[str], None] = lambda _: None) ->
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from app.startup import load_settings
+    from app.ops.startup import load_settings
 
     url = _migrate(load_settings(), lambda message: print(f"fenceline: {message}", flush=True))
     print(f"fenceline: database at {_redacted(url)} is at the latest revision")
@@ -43,7 +43,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app import logconfig, startup
+    from app.ops import startup
+    from app.telemetry import logconfig
 
     settings = startup.load_settings()
     logconfig.configure(settings.log_format, args.log_level)
@@ -59,7 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise startup.StartupError(startup.WORKERS_REFUSED, refusal)
     sock = startup.bind(args.host, args.port)
     # Before the application (and prometheus_client) is imported: `--workers N` processes
-    # inherit the environment it sets (app/metrics.py).
+    # inherit the environment it sets (app/telemetry/metrics.py).
     metrics_dir = startup.prepare_multiprocess(workers)
     from uvicorn.supervisors import Multiprocess
 
@@ -72,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         say("the operator password is FENCELINE_ADMIN_PASSWORD, or the one generated and printed at this "
             "installation's first start")
     # X-Forwarded-For is believed only from FENCELINE_TRUSTED_PROXIES (app/main.py), not from
-    # whatever uvicorn trusts by default. fenceline.access logs each request (app/observe.py).
+    # whatever uvicorn trusts by default. fenceline.access logs each request (app/telemetry/observe.py).
     common = {"log_level": args.log_level, "proxy_headers": False, "access_log": False,
               "log_config": logconfig.dict_config(settings.log_format, args.log_level)}
     try:
@@ -129,7 +130,7 @@ def database_max_connections(url: str) -> int:
 
 def _schema_mismatch(url: str) -> str | None:
     """Why the schema at `url` cannot be served without migrating, if it cannot."""
-    from app.migrate import head_revision, schema_revision
+    from app.ops.migrate import head_revision, schema_revision
 
     current, head = schema_revision(url), head_revision()
     if current == head:
@@ -141,7 +142,7 @@ def _schema_mismatch(url: str) -> str | None:
 def cmd_migrate_check(args: argparse.Namespace) -> int:
     """`fenceline migrate --check`: change nothing; 0 at the migrations' head, 5 otherwise (what
     the Kubernetes server Pods' init container polls while the migration Job runs)."""
-    from app.startup import SCHEMA_NOT_AT_HEAD
+    from app.ops.startup import SCHEMA_NOT_AT_HEAD
 
     url = get_settings().resolved_database_url
     if (mismatch := _schema_mismatch(url)) is not None:
@@ -159,7 +160,7 @@ def cmd_logs_copy(args: argparse.Namespace) -> int:
     from app.db import make_engine
     from app.logs import stores
     from app.logs.copy import copy_logs
-    from app.startup import SCHEMA_NOT_AT_HEAD
+    from app.ops.startup import SCHEMA_NOT_AT_HEAD
 
     settings = get_settings()
     url = settings.resolved_database_url
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")
     demo.set_defaults(func=cmd_demo)
     args = parser.parse_args(argv)
-    from app.startup import StartupError
+    from app.ops.startup import StartupError
 
     try:
         return args.func(args)

@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     # Log lines of the server (and the worker): plain text, or one JSON object per line.
     log_format: Literal["plain", "json"] = "plain"
     # OpenTelemetry traces (the `fenceline[otel]` extra): on when set, or when the standard
-    # OTEL_EXPORTER_OTLP_ENDPOINT is (app/tracing.py).
+    # OTEL_EXPORTER_OTLP_ENDPOINT is (app/telemetry/tracing.py).
     otel: bool = False
 
     # Operator credentials. With no password configured, a fresh install generates one,

@@ -1,4 +1,4 @@
-"""Domain refusals: one AppError family, raised by services and rendered by app/problems.py.
+"""Domain refusals: one AppError family, raised by services and rendered by app/web/problems.py.
 
 Every refusal has a stable `type` slug (the contract names them), a human title and detail,
 and the status. Extra members (say `current_execution_id` or `should_terminate`) ride along.

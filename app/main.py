@@ -9,12 +9,11 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from app import __version__, metrics, models, tracing  # noqa: F401  (registers every table)
+from app import __version__, models  # noqa: F401  (registers every table)
 from app.admin.router import router as admin_router
 from app.airflow.v1 import router as airflow_v1_router
 from app.airflow.v2 import cli_login_router, open_router
 from app.airflow.v2 import router as airflow_v2_router
-from app.apidocs import router as docs_router
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
@@ -23,19 +22,21 @@ from app.execution.reapers import ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
-from app.ingress import Ingress, Limits
-from app.logconfig import sayer
 from app.logs import stores
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
-from app.observe import Observe
-from app.operations import router as operations_router
+from app.ops.health import router as operations_router
 from app.orchestration.rails import next_eligible_at
 from app.orchestration.router import router as orchestration_router
-from app.problems import document_errors, install_error_handlers
 from app.routing.router import router as routing_router
+from app.telemetry import metrics, tracing
+from app.telemetry.logconfig import sayer
+from app.telemetry.observe import Observe
 from app.ui.router import router as ui_router
 from app.wakeups import Hub
+from app.web.apidocs import router as docs_router
+from app.web.ingress import Ingress, Limits
+from app.web.problems import document_errors, install_error_handlers
 
 log = logging.getLogger("fenceline")
 
@@ -78,7 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Execution control plane: admission, attempt fencing, outcome routing, Airflow-compatible reads.",
         lifespan=lifespan,
-        docs_url=None, redoc_url=None,  # served from packaged assets (app/apidocs.py), not a CDN
+        docs_url=None, redoc_url=None,  # served from packaged assets (app/web/apidocs.py), not a CDN
         # Operation IDs read as methods of a generated client's tag class (ExecutionApi.report):
         # the function's name; /api/v1's twins of /api/v2 routes add "_v1" (app/airflow/v1.py).
         generate_unique_id_function=lambda route: route.name,

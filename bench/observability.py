@@ -2,7 +2,7 @@
 per second and the server's CPU per round trip (from /proc), against a real server on SQLite
 and on a throw-away PostgreSQL database, in four variants of the same application:
 
-- bare: without the request layer (app/observe.py: request id, metrics, the access line) and
+- bare: without the request layer (app/telemetry/observe.py: request id, metrics, the access line) and
   without log output: the floor;
 - metrics: as served, log lines off (level warning);
 - metrics + plain logs: as served, one plain access line per request;
@@ -41,11 +41,11 @@ def serve(variant: str, port: int) -> None:
     """The server of one variant (run in a child process)."""
     import uvicorn
 
-    from app import logconfig
     from app.config import get_settings
     from app.main import create_app
-    from app.migrate import upgrade
-    from app.observe import Observe
+    from app.ops.migrate import upgrade
+    from app.telemetry import logconfig
+    from app.telemetry.observe import Observe
 
     settings = get_settings()
     upgrade(settings.resolved_database_url)
@@ -64,9 +64,9 @@ def per_request_us(variant: str, requests: int) -> float:
     import asyncio
     import logging.config
 
-    from app import logconfig
     from app.main import create_app
-    from app.observe import Observe
+    from app.telemetry import logconfig
+    from app.telemetry.observe import Observe
     from tests.conftest import app_settings
 
     with tempfile.TemporaryDirectory() as data_dir:

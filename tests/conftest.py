@@ -28,7 +28,7 @@ from sqlmodel import Session
 from app.config import Settings
 from app.db import make_engine, metadata
 from app.main import create_app
-from app.migrate import upgrade
+from app.ops.migrate import upgrade
 from app.routing.models import DEFAULT_POOL, DEFAULT_POOL_SLOTS, Pool
 from tests.api import ADMIN_PASSWORD, Operator
 from tests.databases import BACKENDS, throwaway_database

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.migrate import head_revision
+from app.ops.migrate import head_revision
 from tests.conftest import _free_port
 
 FENCELINE = [str(Path(sys.executable).with_name("fenceline"))]

@@ -16,9 +16,9 @@ from sqlalchemy.exc import OperationalError
 
 from app.auth.models import InstallationSecret
 from app.db import DatabaseFault, database_fault
-from app.deps import SessionDep
 from app.main import create_app
-from app.migrate import upgrade
+from app.ops.migrate import upgrade
+from app.web.deps import SessionDep
 from tests.api import Operator, assert_problem, task
 from tests.conftest import app_settings
 from tests.databases import PG_ADMIN_URL, throwaway_database

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import insert
 
 from app.db import utcnow
-from app.migrate import upgrade
+from app.ops.migrate import upgrade
 from app.orchestration.models import DagRun
 from tests.api import Operator, Worker, admission_body, assert_problem, bearer, task
 from tests.databases import throwaway_database

@@ -12,7 +12,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import JSON, Boolean, Engine, Integer, String, Uuid, column, inspect, table, text
 
 from app.db import UTCDateTime, make_engine, metadata
-from app.migrate import downgrade, upgrade
+from app.ops.migrate import downgrade, upgrade
 from tests.databases import BACKENDS, throwaway_database
 
 RUN_ID, TI_ID = uuid.uuid4(), uuid.uuid4()

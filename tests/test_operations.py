@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import make_url, text
 
 from app import __version__
-from app.migrate import head_revision
+from app.ops.migrate import head_revision
 from tests.api import assert_problem
 from tests.tcp_proxy import TcpProxy
 

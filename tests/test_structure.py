@@ -47,7 +47,7 @@ def source(module: str) -> str:
     return MODULES[module].read_text()
 
 
-ROUTERS = {m for m in MODULES if "Router(" in source(m) and m != "app.routes"}
+ROUTERS = {m for m in MODULES if "Router(" in source(m) and m != "app.web.routes"}
 SERVICES = {m for m in MODULES if m.endswith(".service")} | {
     f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history")
 } | {"app.orchestration.rails", "app.orchestration.runs", "app.admin.snapshot"}
@@ -108,8 +108,8 @@ def test_every_token_kind_is_minted_in_auth_tokens():
 
 
 def test_every_router_hops_to_a_thread_once_per_request():
-    """A router that is not app.routes.Router (whose routes are Routes) would validate a `def`
+    """A router that is not app.web.routes.Router (whose routes are Routes) would validate a `def`
     endpoint's answer in a second thread hop (docs/performance.md)."""
     for module in ROUTERS:
-        assert "APIRouter(" not in source(module), f"{module}: FastAPI's APIRouter, not app.routes.Router"
-        assert "app.routes" in imports(module), f"{module} does not build its routers with Router"
+        assert "APIRouter(" not in source(module), f"{module}: FastAPI's APIRouter, not app.web.routes.Router"
+        assert "app.web.routes" in imports(module), f"{module} does not build its routers with Router"

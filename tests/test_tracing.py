@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from app.traceparent import traceparent, w3c_trace_id
+from app.telemetry.traceparent import traceparent, w3c_trace_id
 from tests.api import Operator, Worker, task
 
 EXPORTER = InMemorySpanExporter()

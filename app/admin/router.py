@@ -7,9 +7,9 @@ from fastapi.responses import JSONResponse
 
 from app.admin import snapshot
 from app.auth.deps import OperatorDep
-from app.deps import SessionDep
-from app.problems import problems
-from app.routes import Router
+from app.web.deps import SessionDep
+from app.web.problems import problems
+from app.web.routes import Router
 
 router = Router(prefix="/v1/admin", tags=["admin"], responses=problems(401, 403))
 

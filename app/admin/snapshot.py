@@ -21,7 +21,7 @@ from app.identity.schemas import SeatName
 from app.orchestration.schemas import Ident, RunId
 from app.routing.models import DEFAULT_POOL, Pool
 from app.routing.schemas import RouteName, Slots
-from app.schemas import FreeForm, unstorable
+from app.web.schemas import FreeForm, unstorable
 
 FORMAT = "fenceline-snapshot/1"
 # Per-installation secrets and the login throttle's counts do not travel with the data, and

@@ -20,10 +20,10 @@ from starlette.responses import Response, StreamingResponse
 from app.airflow import service
 from app.auth import tokens
 from app.auth.tokens import KeyRing
-from app.deps import commit
 from app.errors import AppError
 from app.logs import service as logs
 from app.logs.store import LogStore
+from app.web.deps import commit
 
 PAGE_BYTES = 1024 * 1024
 _SCAN = 64 * 1024

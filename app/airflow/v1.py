@@ -15,13 +15,13 @@ from app.airflow.params import Offset, limit
 from app.airflow.service import TryView
 from app.auth import tokens
 from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic
-from app.deps import SessionDep, StoreDep
 from app.errors import unauthorized
 from app.logs.store import LogStore
 from app.orchestration.models import DagRun
 from app.orchestration.models import TaskInstance as TaskInstanceRow
-from app.problems import ErrorFamily, problem_response, problems, register_error_family
-from app.routes import Router
+from app.web.deps import SessionDep, StoreDep
+from app.web.problems import ErrorFamily, problem_response, problems, register_error_family
+from app.web.routes import Router
 
 PREFIX = "/api/v1"
 ERRORS_DOC = "https://airflow.apache.org/docs/apache-airflow/2.10.0/stable-rest-api-ref.html#section/Errors/"

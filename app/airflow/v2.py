@@ -40,11 +40,11 @@ from app.airflow.v2_schemas import (
 from app.auth import tokens
 from app.auth.deps import BearerDep, check_password, installation, operator_token
 from app.db import database_answers, utcnow
-from app.deps import SessionDep, StoreDep, commit
 from app.errors import AppError, forbidden, unauthorized
 from app.orchestration.models import DagRun, TaskInstance
-from app.problems import ErrorFamily, register_error_family
-from app.routes import Router
+from app.web.deps import SessionDep, StoreDep, commit
+from app.web.problems import ErrorFamily, register_error_family
+from app.web.routes import Router
 
 PREFIX = "/api/v2"
 

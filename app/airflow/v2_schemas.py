@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.schemas import Strict
+from app.web.schemas import Strict
 
 
 class DagTagResponse(BaseModel):

@@ -11,7 +11,7 @@ from app.auth import throttle, tokens
 from app.auth.service import Installation
 from app.db import utcnow
 from app.errors import forbidden, unauthorized
-from app.metrics import agent_legacy_attempt_tokens
+from app.telemetry.metrics import agent_legacy_attempt_tokens
 
 bearer_scheme = HTTPBearer(auto_error=False, description="A token from POST /auth/token or admission.")
 basic_scheme = HTTPBasic(auto_error=False, description="Operator username and password.")
@@ -101,7 +101,7 @@ async def require_worker(request: Request, bearer: BearerDep) -> uuid.UUID:
         execution_id = uuid.UUID(claims["sub"])
     except ValueError as exc:
         raise unauthorized("The worker token names no execution.") from exc
-    request.state.log_identity = {"execution_id": execution_id}  # for the request's log line (app/observe.py)
+    request.state.log_identity = {"execution_id": execution_id}  # for the request's log line (app/telemetry/observe.py)
     return execution_id
 
 

@@ -10,9 +10,9 @@ from pydantic import BaseModel, ValidationError
 from app.auth import tokens
 from app.auth.deps import OperatorDep, check_password, installation, operator_token
 from app.errors import AppError
-from app.problems import problems, schema_ref
-from app.routes import Router
-from app.schemas import Strict
+from app.web.problems import problems, schema_ref
+from app.web.routes import Router
+from app.web.schemas import Strict
 
 router = Router(tags=["auth"])
 

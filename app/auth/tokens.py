@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import jwt
 
 from app.execution.key import AttemptKey
-from app.metrics import tokens_without_audience
+from app.telemetry.metrics import tokens_without_audience
 
 ALGORITHM = "HS256"
 ISSUER = "fenceline"

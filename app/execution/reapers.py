@@ -28,10 +28,10 @@ from app.execution.attempts import close_attempt
 from app.execution.key import AttemptKey
 from app.identity.models import Execution
 from app.logs.retention import Retention
-from app.metrics import reaper_marks, reaper_sweep_duration
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff, Outcome, apply_outcome, from_sources, lock_run, promote_eligible
+from app.telemetry.metrics import reaper_marks, reaper_sweep_duration
 
 log = logging.getLogger("fenceline.reapers")
 SWEEP_LOCK_KEY = 0x66656E6365  # "fence"

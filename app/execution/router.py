@@ -8,10 +8,9 @@ from fastapi import Request
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from app import metrics, tracing, wakeups
+from app import wakeups
 from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
-from app.deps import SessionDep, SingleStatementDep, StoreDep, commit
 from app.errors import AppError
 from app.execution import attempts, dispatch, fence, observations, operator, reapers
 from app.execution.schemas import (
@@ -35,8 +34,10 @@ from app.orchestration import runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
-from app.problems import problems, refusals
-from app.routes import Router
+from app.telemetry import metrics, tracing
+from app.web.deps import SessionDep, SingleStatementDep, StoreDep, commit
+from app.web.problems import problems, refusals
+from app.web.routes import Router
 
 router = Router(tags=["execution"], responses=problems(401, 403, 422))
 STALE = refusals(StaleReport)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, model_validator
 from app.orchestration.states import INFRA_REASONS
 from app.routing.models import DEFAULT_QUEUE
 from app.routing.schemas import RouteName
-from app.schemas import Problem, Strict
+from app.web.schemas import Problem, Strict
 
 InfraReason = Literal[INFRA_REASONS]  # type: ignore[valid-type]
 REASON_MAX = 64  # an attempt record's reason column

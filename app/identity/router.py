@@ -7,7 +7,6 @@ from fastapi import Header, Path, Request, Response
 
 from app.auth import tokens
 from app.auth.deps import LauncherDep, OperatorDep, installation
-from app.deps import SessionDep
 from app.identity import service
 from app.identity.schemas import (
     AdmissionPublic,
@@ -24,8 +23,9 @@ from app.identity.schemas import (
     execution_public,
     seat_public,
 )
-from app.problems import problems, refusals
-from app.routes import Router
+from app.web.deps import SessionDep
+from app.web.problems import problems, refusals
+from app.web.routes import Router
 
 router = Router(prefix="/v1", tags=["identity"], responses=problems(401, 403, 422))
 SeatPath = Annotated[SeatName, Path(description="The seat's canonical name, e.g. etl-worker-3.")]

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, StringConstraints, ValidationInfo, field_validator
 
 from app.identity.models import Execution, Seat
-from app.schemas import FreeForm, Problem, Strict
+from app.web.schemas import FreeForm, Problem, Strict
 
 SeatName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")]
 RuntimeBackend = Literal["local", "kubernetes"]

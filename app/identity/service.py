@@ -19,7 +19,7 @@ from app.db import upsert, utcnow
 from app.errors import AppError, conflict, not_found
 from app.identity.models import Execution, Seat
 from app.identity.schemas import AdmissionRequest, ExecutionPatch, ResumeWrite, SeatPut
-from app.metrics import execution_identity_conflicts
+from app.telemetry.metrics import execution_identity_conflicts
 
 TARGET_FIELDS = ("pod_namespace", "pod_name", "pod_uid", "server_id", "process_namespace", "pid")
 

@@ -8,15 +8,15 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from app.auth.deps import AttemptDep, OperatorDep
-from app.deps import SessionDep, StoreDep, commit
 from app.errors import AppError
 from app.execution.schemas import StaleReport
 from app.logs import service
-from app.metrics import log_bytes_appended
 from app.orchestration.runs import get_task_instance
-from app.problems import problems, refusals
-from app.routes import Router
-from app.schemas import Problem, Strict
+from app.telemetry.metrics import log_bytes_appended
+from app.web.deps import SessionDep, StoreDep, commit
+from app.web.problems import problems, refusals
+from app.web.routes import Router
+from app.web.schemas import Problem, Strict
 
 router = Router(tags=["logs"], responses=problems(401, 403, 422))
 
@@ -41,7 +41,7 @@ class LogWriteRefused(Problem):
     stored_size: int | None = None
 
 
-# The body as a whole is bounded before it is read (app/ingress.py); its content, here.
+# The body as a whole is bounded before it is read (app/web/ingress.py); its content, here.
 @router.post("/v1/attempts/logs", responses={**problems(503, 507), **refusals(StaleReport, LogWriteRefused)})
 def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: Request,
                token: AttemptDep) -> LogAppended:

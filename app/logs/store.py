@@ -7,7 +7,7 @@ one offset at once never both win. Reads stream in chunks, never loading a strea
 
 A store that cannot do what it is asked raises a LogStoreFault at its boundary, having recorded
 nothing: LogStoreFull (the disk, quota or database is full) or LogStoreUnavailable (read-only,
-an I/O error, refused, timed out). app/problems.py turns those into HTTP answers, in one place.
+an I/O error, refused, timed out). app/web/problems.py turns those into HTTP answers, in one place.
 
 Three stores implement it: FileLogStore (here), DatabaseLogStore (app/logs/database.py) and
 S3LogStore (app/logs/s3.py); app/logs/stores.py picks one from FENCELINE_LOG_STORE.

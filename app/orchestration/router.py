@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import Query
 
 from app.auth.deps import OperatorDep
-from app.deps import SessionDep
 from app.orchestration import runs
 from app.orchestration.schemas import RunCreate, RunPublic, RunsPublic, TaskInstancePublic, run_public, ti_public
-from app.problems import problems
-from app.routes import Router
-from app.tracing import current_trace_id
+from app.telemetry.tracing import current_trace_id
+from app.web.deps import SessionDep
+from app.web.problems import problems
+from app.web.routes import Router
 
 router = Router(prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
 

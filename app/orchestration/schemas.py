@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, StringConstraints, model_validator
 from app.orchestration.models import DagRun, TaskInstance
 from app.routing.models import DEFAULT_POOL, DEFAULT_QUEUE
 from app.routing.schemas import PriorityWeight, RouteName
-from app.schemas import FreeForm, Strict
+from app.web.schemas import FreeForm, Strict
 
 # Identifiers become log path segments: never "." or "..", so none may start with a dot.
 Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,249}$")]

@@ -5,11 +5,11 @@ from typing import Annotated
 from fastapi import Path
 
 from app.auth.deps import OperatorDep
-from app.deps import SessionDep
-from app.problems import problems
-from app.routes import Router
 from app.routing import service
 from app.routing.schemas import PoolCreate, PoolPatch, PoolPublic, PoolsPublic, RouteName, TenantCap, TenantPublic
+from app.web.deps import SessionDep
+from app.web.problems import problems
+from app.web.routes import Router
 
 router = Router(prefix="/v1", tags=["routing"], responses=problems(401, 403, 422))
 PoolPath = Annotated[RouteName, Path(description="The pool's name, e.g. default_pool.")]

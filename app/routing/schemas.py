@@ -4,7 +4,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from app.schemas import Strict
+from app.web.schemas import Strict
 
 # Queue and pool names appear in URLs and on the dashboard: the identifiers' alphabet.
 RouteName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,249}$")]

@@ -18,7 +18,7 @@ from fastapi.responses import RedirectResponse
 from app.auth import tokens
 from app.auth.deps import installation
 from app.errors import AppError
-from app.routes import Route
+from app.web.routes import Route
 
 COOKIE = "fenceline_ui"
 COOKIE_PATH = "/ui"

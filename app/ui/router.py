@@ -17,14 +17,14 @@ from jinja2 import Environment, FileSystemLoader
 
 from app.auth.deps import check_password, operator_token
 from app.db import utcnow
-from app.deps import SessionDep, StoreDep
 from app.errors import AppError
 from app.logs import service as logs
 from app.orchestration import runs
 from app.orchestration import states as s
-from app.routes import Router
 from app.ui import access, graph, timeline, views
 from app.ui.access import UiOperatorDep
+from app.web.deps import SessionDep, StoreDep
+from app.web.routes import Router
 
 HERE = Path(__file__).parent
 REFRESH_SECONDS = 5

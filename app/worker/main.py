@@ -4,7 +4,7 @@ import argparse
 import logging
 import sys
 
-from app.logconfig import formatter
+from app.telemetry.logconfig import formatter
 from app.worker import tracing
 from app.worker.agent import EXIT_ERROR, Worker
 from app.worker.settings import from_args
@@ -19,7 +19,7 @@ def run_worker(args: argparse.Namespace) -> int:
         return 2
     log = logging.getLogger(f"fenceline.worker.{settings.seat}")
     handler = logging.StreamHandler(sys.stderr)
-    # app/logconfig.py imports only the standard library: the worker still needs nothing of the server.
+    # app/telemetry/logconfig.py imports only the standard library: the worker still needs nothing of the server.
     handler.setFormatter(formatter(settings.log_format, seat=settings.seat))
     log.addHandler(handler)
     log.setLevel(logging.INFO)

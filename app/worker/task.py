@@ -9,7 +9,7 @@ import subprocess
 import time
 from typing import Any
 
-from app.traceparent import w3c_trace_id
+from app.telemetry.traceparent import w3c_trace_id
 from app.worker import tracing
 from app.worker.api import Backoff, GaveUp, Refused, ServerUnreachable, Stale, retrying
 from app.worker.context import Context
@@ -40,7 +40,7 @@ class TaskRunner:
     def __init__(self, ctx: Context, item: dict[str, Any]) -> None:
         self.ctx = ctx
         self.correlation: dict[str, Any] = item["correlation"]
-        # The attempt's identity on each of its lines (fields of a JSON line, app/logconfig.py).
+        # The attempt's identity on each of its lines (fields of a JSON line, app/telemetry/logconfig.py).
         self.log = logging.LoggerAdapter(ctx.log, {
             **{k: self.correlation.get(k) for k in ("ti_id", "try_number", "attempt_epoch")},
             "trace_id": w3c_trace_id(str(self.correlation.get("trace_id") or ""))})

@@ -4,7 +4,7 @@ so the server's report spans continue the run's trace. With FENCELINE_OTEL=1 or
 OTEL_EXPORTER_OTLP_ENDPOINT and the `fenceline[otel]` extra, the attempt is a span and its
 HTTP calls are child spans (httpx instrumentation); without, the header is all there is.
 
-app.tracing and app.traceparent import only the standard library at module level: the worker
+app.telemetry.tracing and app.telemetry.traceparent import only the standard library at module level: the worker
 still needs nothing of the server.
 """
 
@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from app.traceparent import traceparent, w3c_trace_id
-from app.tracing import remote_parent, start_provider, wanted
+from app.telemetry.traceparent import traceparent, w3c_trace_id
+from app.telemetry.tracing import remote_parent, start_provider, wanted
 
 # The traceparent the current thread's calls send (set for the duration of one attempt).
 current: ContextVar[str | None] = ContextVar("fenceline_worker_traceparent", default=None)

@@ -4,7 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.migrate import upgrade
+from app.ops.migrate import upgrade
 from tests.api import Operator, Worker, assert_problem, kube_target, task
 from tests.conftest import app_settings as settings_for
 from tests.databases import throwaway_database

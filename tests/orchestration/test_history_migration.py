@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from app.db import make_engine
-from app.migrate import upgrade
+from app.ops.migrate import upgrade
 from tests.databases import BACKENDS, throwaway_database
 
 # Revision 0002's archive statement, verbatim in shape: no attempt_epoch.

@@ -16,7 +16,7 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from app.main import create_app
-from app.migrate import upgrade
+from app.ops.migrate import upgrade
 from bench.dashboard import make_run
 from tests.api import ADMIN_PASSWORD, Operator, kube_target
 from tests.conftest import LiveServer, app_settings

@@ -5,7 +5,7 @@ import json
 
 from opentelemetry import trace
 
-from app.traceparent import w3c_trace_id
+from app.telemetry.traceparent import w3c_trace_id
 from tests.api import Operator
 from tests.test_tracing import EXPORTER, TRACE
 from tests.test_tracing import _provider as provider  # noqa: F401  (the in-memory exporter)

@@ -18,7 +18,7 @@ FORMATS = ("plain", "json")
 PLAIN = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
-# Set by app/observe.py for the duration of a request.
+# Set by app/telemetry/observe.py for the duration of a request.
 request_id: ContextVar[str | None] = ContextVar("fenceline_request_id", default=None)
 incoming_trace_id: ContextVar[str | None] = ContextVar("fenceline_trace_id", default=None)
 
@@ -70,14 +70,14 @@ def dict_config(log_format: str, level: str = "info") -> dict[str, Any]:
     """The logging configuration of a server process (fenceline's, uvicorn's and SQLAlchemy's
     loggers to one handler on stderr, in `log_format`), as uvicorn applies it in each worker
     process too."""
-    factory = "app.logconfig.JsonFormatter" if log_format == "json" else "app.logconfig.PlainFormatter"
+    factory = f"{__name__}.{'JsonFormatter' if log_format == 'json' else 'PlainFormatter'}"
     return {
         "version": 1, "disable_existing_loggers": False,
         "formatters": {"line": {"()": factory}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr"}},
         "root": {"handlers": ["stderr"], "level": level.upper()},
         # uvicorn's loggers propagate to the root's handler; its access log is replaced by
-        # fenceline.access (app/observe.py), which knows the route, request id and attempt.
+        # fenceline.access (app/telemetry/observe.py), which knows the route, request id and attempt.
         "loggers": {"uvicorn": {"handlers": [], "propagate": True},
                     "uvicorn.error": {"handlers": [], "propagate": True},
                     "uvicorn.access": {"handlers": [], "propagate": False, "level": "WARNING"},

@@ -9,12 +9,12 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.auth.deps import MetricsReaderDep
-from app.deps import SessionDep
 from app.errors import AppError
 from app.logs.store import LogStoreFault
-from app.metrics import exposition
-from app.problems import problems
-from app.routes import Router
+from app.telemetry.metrics import exposition
+from app.web.deps import SessionDep
+from app.web.problems import problems
+from app.web.routes import Router
 
 router = Router(tags=["operations"])
 log = logging.getLogger("fenceline.health")
@@ -37,7 +37,7 @@ def readiness(state: Any) -> dict[str, str]:
     """Each readiness check and what it found: `ok`, or why not."""
     from alembic.runtime.migration import MigrationContext
 
-    from app.migrate import head_revision
+    from app.ops.migrate import head_revision
 
     checks: dict[str, str] = {}
     try:

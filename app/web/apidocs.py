@@ -9,7 +9,7 @@ from fastapi import HTTPException, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import FileResponse, HTMLResponse
 
-from app.routes import Router
+from app.web.routes import Router
 
 ASSETS = Path(fastapi_offline.__file__).parent / "static"
 SERVED = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",

@@ -22,9 +22,9 @@ from starlette.routing import Match
 from app.db import DatabaseFault, database_fault
 from app.errors import AppError
 from app.logs.store import LogStoreFault, LogStoreFull
-from app.metrics import log_store_errors, stale_reports
-from app.observe import route_of
-from app.schemas import InvalidRequest, Problem
+from app.telemetry.metrics import log_store_errors, stale_reports
+from app.telemetry.observe import route_of
+from app.web.schemas import InvalidRequest, Problem
 
 log = logging.getLogger("fenceline")
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 
 # How deep a free-form field (a run's conf, ...) may nest, counted from the field itself: the
-# request's setting (FENCELINE_MAX_FREE_FORM_DEPTH), set per request by app/ingress.py.
+# request's setting (FENCELINE_MAX_FREE_FORM_DEPTH), set per request by app/web/ingress.py.
 free_form_depth: ContextVar[int] = ContextVar("free_form_depth", default=32)
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.logconfig import incoming_trace_id, request_id
-from app.metrics import http_request_duration, http_requests
-from app.traceparent import trace_id_of
+from app.telemetry.logconfig import incoming_trace_id, request_id
+from app.telemetry.metrics import http_request_duration, http_requests
+from app.telemetry.traceparent import trace_id_of
 
 REQUEST_ID_HEADER = b"x-request-id"
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")

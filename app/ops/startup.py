@@ -140,8 +140,8 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def prepare_multiprocess(n_workers: int) -> Path | None:
-    """Set up prometheus-client's multiprocess mode (app/metrics.py) for a server of
-    `n_workers` processes. Call it before anything imports app.metrics (or prometheus_client):
+    """Set up prometheus-client's multiprocess mode (app/telemetry/metrics.py) for a server of
+    `n_workers` processes. Call it before anything imports app.telemetry.metrics (or prometheus_client):
     the values are files from the first metric on, and worker processes inherit the
     environment. With PROMETHEUS_MULTIPROC_DIR already set (an operator's emptyDir, one per
     server) it is used as it is; else one process needs nothing, and several get a fresh

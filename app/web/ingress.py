@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.config import Settings
-from app.problems import render, validation_problem
-from app.schemas import free_form_depth, json_depth
+from app.web.problems import render, validation_problem
+from app.web.schemas import free_form_depth, json_depth
 
 # Room for JSON escaping around a log append's content (the setting bounds the content).
 LOG_ENVELOPE = 2

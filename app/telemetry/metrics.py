@@ -1,9 +1,9 @@
-"""Prometheus metrics (contract 8), served at /metrics by app/operations.py; the table of them
+"""Prometheus metrics (contract 8), served at /metrics by app/ops/health.py; the table of them
 is in docs/operations.md.
 
 Counters and histograms live in prometheus-client's default registry. Under `serve --workers N`
 every process writes its values to files in PROMETHEUS_MULTIPROC_DIR and the process that
-answers a scrape sums them (prometheus-client's multiprocess mode): app/startup.py
+answers a scrape sums them (prometheus-client's multiprocess mode): app/ops/startup.py
 `prepare_multiprocess` sets that up before the first process imports this module. What is read
 from the database (task instances by state) is computed at scrape time by a collector, so it
 never drifts; the pool's figures are gauges each process sets on checkout and check-in.
@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, event, func, select
 
-from app.startup import MULTIPROC_ENV
+from app.ops.startup import MULTIPROC_ENV
 
 # --- named by the contract (1.3, 3.4): unchanged -----------------------------------------------
 execution_identity_conflicts = Counter(

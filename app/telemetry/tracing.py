@@ -3,7 +3,7 @@
 On when FENCELINE_OTEL=1 or OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads the standard
 OTEL_* variables). Requests (FastAPI), database calls (SQLAlchemy) and the worker's HTTP calls
 (httpx) are spans; an incoming `traceparent` is continued. A run's trace is that of its tasks'
-claims and reports: the claim span is made in the run's trace (app/traceparent.py), or, for a
+claims and reports: the claim span is made in the run's trace (app/telemetry/traceparent.py), or, for a
 claim that hands out tasks of several runs, in the request's trace with a link to each run's;
 an agent's reports continue the run's trace from the traceparent it sends (the reference worker
 sends it, and hands TRACEPARENT to the task). Without the extra, none of this is imported.
@@ -14,8 +14,8 @@ import os
 import time
 from typing import Any
 
-from app.logconfig import incoming_trace_id
-from app.traceparent import w3c_trace_id
+from app.telemetry.logconfig import incoming_trace_id
+from app.telemetry.traceparent import w3c_trace_id
 
 log = logging.getLogger("fenceline.tracing")
 _tracer: Any = None  # set once tracing is on in this process

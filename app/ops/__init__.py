@@ -1,0 +1,1 @@
+"""Operating the server: health and /metrics routes, start-up checks, migrations."""
