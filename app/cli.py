@@ -15,11 +15,12 @@ from app.config import Settings, get_settings, log_store_name
 def _prepare(settings: Settings, say: Callable[[str], None] = lambda _: None) -> str:
     """The start-up checks both `serve` and `migrate` make (app/ops/startup.py): the database URL,
     the directories, the database answering. Answers the URL."""
+    from app.db.dialect import dialect_of
     from app.ops import startup
 
     engine = startup.database_engine(settings)
     startup.check_directories(settings)
-    if engine.dialect.name != "sqlite":  # a file is opened, not reached (and not made by a refused start)
+    if not dialect_of(engine).file_based:  # a file is opened, not reached (and not made by a refused start)
         startup.wait_for_database(engine, settings.db_connect_timeout_seconds, say)
     return settings.resolved_database_url
 
@@ -98,7 +99,9 @@ def server_processes(asked: int | None, url: str, settings: "Settings") -> tuple
     other clients. Unasked, as many as there are cores, as far as the budget allows."""
     if asked is not None and asked < 1:
         return 0, f"--workers must be at least 1, not {asked}"
-    if not url.startswith("postgresql"):
+    from app.db.dialect import dialect_for_url
+
+    if dialect_for_url(url).one_writer:
         if asked not in (None, 1):
             return 0, (f"--workers {asked} refused: SQLite serves from one process (its writers queue on one "
                        "file lock); use PostgreSQL for more server processes")
@@ -157,7 +160,7 @@ EXIT_LOG_CONFLICTS = 6
 
 
 def cmd_logs_copy(args: argparse.Namespace) -> int:
-    from app.db import make_engine
+    from app.db.engine import make_engine
     from app.logs import stores
     from app.logs.copy import copy_logs
     from app.ops.startup import SCHEMA_NOT_AT_HEAD

@@ -17,7 +17,8 @@ from app.airflow.v2 import router as airflow_v2_router
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
-from app.db import make_engine, reading, single_statements, utcnow
+from app.db.engine import make_engine, reading, single_statements
+from app.db.types import utcnow
 from app.execution.reapers import ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router

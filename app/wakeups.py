@@ -42,6 +42,8 @@ import psycopg
 from sqlalchemy import ColumnElement, Engine, event, func, literal, text
 from sqlalchemy.orm import Session
 
+from app.db.dialect import dialect_of
+
 log = logging.getLogger("fenceline.wakeups")
 T = TypeVar("T")
 A = TypeVar("A")
@@ -110,7 +112,7 @@ def announce(session: Session, *, count: int | None = None, at: datetime | None 
                   str(stale) if stale is not None else None)
     if at is not None:
         session.info[_TIMED] = True  # this process's claims take the time-driven rails once it commits
-    if session.get_bind().dialect.name == "postgresql":
+    if dialect_of(session).notifies:
         payload = ready.payload()
         sent = session.info.setdefault(_SENT, set())
         if payload not in sent:  # the same event twice in one transaction is delivered once anyway
@@ -240,7 +242,7 @@ class Hub:
         self._loop = asyncio.get_running_loop()
         self.claim_limiter = anyio.CapacityLimiter(self.claim_threads)
         _local_hubs.setdefault(str(self.engine.url), set()).add(self)
-        if self.engine.dialect.name == "postgresql":
+        if dialect_of(self.engine).notifies:
             self._spawn(self._listen())  # resynchronises once it listens
         else:
             self._hearing = True  # one process: every commit's events come to this hub

@@ -5,7 +5,8 @@ from sqlalchemy import text
 
 from app import models  # noqa: F401  (registers every table)
 from app.config import get_settings
-from app.db import make_engine, metadata
+from app.db.engine import make_engine
+from app.db.types import metadata
 
 config = context.config
 MIGRATION_LOCK_KEY = 0x66656E6D6967  # "fenmig"

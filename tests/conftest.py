@@ -26,7 +26,8 @@ from sqlalchemy import Engine, text
 from sqlmodel import Session
 
 from app.config import Settings
-from app.db import make_engine, metadata
+from app.db.engine import make_engine
+from app.db.types import metadata
 from app.main import create_app
 from app.ops.migrate import upgrade
 from app.routing.models import DEFAULT_POOL, DEFAULT_POOL_SLOTS, Pool

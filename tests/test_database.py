@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 
 from app.auth.models import InstallationSecret
-from app.db import DatabaseFault, database_fault
+from app.db.faults import DatabaseFault, database_fault
 from app.main import create_app
 from app.ops.migrate import upgrade
 from app.web.deps import SessionDep

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import insert
 
-from app.db import utcnow
+from app.db.types import utcnow
 from app.ops.migrate import upgrade
 from app.orchestration.models import DagRun
 from tests.api import Operator, Worker, admission_body, assert_problem, bearer, task

@@ -11,7 +11,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import JSON, Boolean, Engine, Integer, String, Uuid, column, inspect, table, text
 
-from app.db import UTCDateTime, make_engine, metadata
+from app.db.engine import make_engine
+from app.db.types import UTCDateTime, metadata
 from app.ops.migrate import downgrade, upgrade
 from tests.databases import BACKENDS, throwaway_database
 

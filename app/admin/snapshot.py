@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError, StatementError
 from sqlmodel import Session
 
 from app import models  # noqa: F401  (registers every table)
-from app.db import UTCDateTime, metadata
+from app.db.types import UTCDateTime, metadata
 from app.errors import AppError
 from app.identity.schemas import SeatName
 from app.orchestration.schemas import Ident, RunId

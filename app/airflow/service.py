@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, func, select
 from sqlmodel import Session
 
-from app.db import paginate
+from app.db.statements import paginate
 from app.errors import AppError
 from app.execution import history
 from app.execution.models import TaskAttempt

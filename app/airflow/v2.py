@@ -39,7 +39,8 @@ from app.airflow.v2_schemas import (
 )
 from app.auth import tokens
 from app.auth.deps import BearerDep, check_password, installation, operator_token
-from app.db import database_answers, utcnow
+from app.db.engine import database_answers
+from app.db.types import utcnow
 from app.errors import AppError, forbidden, unauthorized
 from app.orchestration.models import DagRun, TaskInstance
 from app.web.deps import SessionDep, StoreDep, commit

@@ -9,7 +9,7 @@ from sqlmodel import Session
 
 from app.auth import throttle, tokens
 from app.auth.service import Installation
-from app.db import utcnow
+from app.db.types import utcnow
 from app.errors import forbidden, unauthorized
 from app.telemetry.metrics import agent_legacy_attempt_tokens
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import Column, Index
 from sqlmodel import Field, SQLModel
 
-from app.db import UTCDateTime, metadata  # noqa: F401  (the naming convention comes first)
+from app.db.types import UTCDateTime, metadata  # noqa: F401  (the naming convention comes first)
 
 
 class InstallationSecret(SQLModel, table=True):

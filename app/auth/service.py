@@ -15,7 +15,7 @@ from sqlmodel import Session
 from app.auth.models import InstallationSecret
 from app.auth.tokens import KeyRing, new_secret
 from app.config import Settings
-from app.db import insert_ignore
+from app.db.statements import insert_ignore
 
 _hasher = PasswordHasher()
 # An argon2 check costs tens of milliseconds and 64 MiB: bound how many run at once, and

@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import CTE, Update, bindparam, insert, literal, select, update
 from sqlmodel import Session
 
-from app.db import insert_ignore, utcnow
+from app.db.statements import insert_ignore
+from app.db.types import utcnow
 from app.execution.key import AttemptKey
 from app.execution.models import TaskAttempt
 from app.orchestration.models import TaskInstance

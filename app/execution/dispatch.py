@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, exists, select, update
 from sqlmodel import Session
 
-from app.db import UTCDateTime, is_postgres, utcnow
+from app.db.dialect import dialect_of
+from app.db.types import UTCDateTime, utcnow
 from app.errors import AppError
 from app.execution.attempts import open_attempts, opening
 from app.identity.models import Execution
@@ -87,12 +88,12 @@ CLAIM = _claiming(TI.c.id.in_(bindparam("ids", expanding=True)))
 
 
 @cache
-def _claiming_one(queue_count: int, capped: bool, postgres: bool) -> Any:
+def _claiming_one(queue_count: int, capped: bool, together: bool) -> Any:
     """The claim of one task: its choice (selection.first_choice) and its claim, one statement;
-    on PostgreSQL its tenant's turn and its attempt record too, which read the claimed row (so
-    its lock comes first)."""
+    where one statement may write several tables (`together`: PostgreSQL) its tenant's turn and its
+    attempt record too, which read the claimed row (so its lock comes first)."""
     claim = _claiming(TI.c.id == selection.first_choice(queue_count, capped))
-    if not postgres:
+    if not together:
         return claim
     claimed = claim.cte("claimed")
     return select(claimed).add_cte(selection.taking_turn(claimed), opening(claimed))
@@ -130,9 +131,9 @@ def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], que
     its own right after the one before (it sees their tenant turns and their pool slots taken).
     Answers each claim's Claimed, or its refusal (409 stale-execution), in order; one claim's
     refusal changes nothing for the others."""
-    now, postgres = now or utcnow(), is_postgres(session)
+    now, dialect = now or utcnow(), dialect_of(session)
     if promote:
-        promote_eligible(session=session, now=now, skip_locked=postgres)
+        promote_eligible(session=session, now=now, skip_locked=not dialect.one_writer)
     routes = selection.lock_routes(session, queues, now)
     if len(claims) > 1:
         selection.hold_turns(session)  # each claim of one takes its tenant's turn: not in tenant order
@@ -145,7 +146,7 @@ def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], que
                 require_current_execution(session, execution_id)
                 answers.append(Claimed([], held_back=nothing.held_back))
                 continue
-            claimed = _claim_held(session, routes, execution_id, limit, queues, at, postgres)
+            claimed = _claim_held(session, routes, execution_id, limit, queues, at, dialect.writes_in_ctes)
         except AppError as refusal:
             answers.append(refusal)
             continue
@@ -156,11 +157,11 @@ def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], que
 
 
 def _claim_held(session: Session, routes: selection.Routes, execution_id: uuid.UUID, limit: int,
-                queues: Sequence[str], now: datetime, postgres: bool) -> Claimed:
+                queues: Sequence[str], now: datetime, together: bool) -> Claimed:
     """One claim, its pools already locked (`routes`)."""
     claimer = {"now": now, "claimer": execution_id}
     if limit == 1:
-        claimed = session.execute(_claiming_one(len(queues), routes.capped, postgres),
+        claimed = session.execute(_claiming_one(len(queues), routes.capped, together),
                                   {**selection.params(queues, now, routes, 1), **claimer, "attempt_id": uuid.uuid4()}
                                   ).all()
     else:  # the choice first (its cut to what fits together is Python's), then the claim by key
@@ -168,7 +169,7 @@ def _claim_held(session: Session, routes: selection.Routes, execution_id: uuid.U
         claimed = session.execute(CLAIM, {"ids": chosen, **claimer}).all() if chosen else []
     if not claimed:  # 409 if the execution may not claim (that is why); else whether ready work was held back
         return Claimed([], held_back=work_ready(session=session, execution_id=execution_id, queues=queues, now=now))
-    if not (postgres and limit == 1):  # else the claim's statement did both
+    if not (together and limit == 1):  # else the claim's statement did both
         selection.take_turns(session, (row.tenant_id for row in claimed), now)
         open_attempts(session, claimed, now)
     claimed.sort(key=lambda ti: (ti.dag_id, ti.run_id, ti.task_id, ti.map_index))

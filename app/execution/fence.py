@@ -14,7 +14,10 @@ from sqlalchemy import CTE, Row, bindparam, exists, select, update
 from sqlmodel import Session
 
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
-from app.db import is_postgres, one_of, one_statement, utcnow
+from app.db.dialect import dialect_of
+from app.db.engine import one_statement
+from app.db.statements import one_of
+from app.db.types import utcnow
 from app.errors import AppError, unauthorized
 from app.execution.attempts import ATTEMPTS, OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
 from app.execution.key import AttemptKey
@@ -187,16 +190,16 @@ def _start(session: Session, key: AttemptKey, now: datetime) -> Row:
     `running` repeated for an attempt already running answers as before. On PostgreSQL the
     record moves in the same statement, which, when it is the session's first, commits on its
     own: one round trip to the database instead of four."""
-    postgres = is_postgres(session)
-    if postgres and not session.in_transaction():
+    together = dialect_of(session).writes_in_ctes
+    if together and not session.in_transaction():
         one_statement(session)
-    moved = session.execute(START_RECORDED if postgres else START, {**_attempt(key), "now": now}).first()
+    moved = session.execute(START_RECORDED if together else START, {**_attempt(key), "now": now}).first()
     if moved is None:
         ti = _row(session, key.ti_id)
         if ti is not None and settled_by(key, ti) and ti.state == s.RUNNING:
             return ti
         raise stale_report(key, ti)
-    if not (postgres and moved.recorded):
+    if not (together and moved.recorded):
         update_attempt(session, key, state=AttemptState.RUNNING, user_code_started=True, started_at=now)
     return moved
 

@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import Column, ForeignKey, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from app.db import UTCDateTime, utcnow
+from app.db.types import UTCDateTime, utcnow
 
 
 class TaskAttempt(SQLModel, table=True):

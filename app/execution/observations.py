@@ -9,7 +9,7 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from app.db import utcnow
+from app.db.types import utcnow
 from app.execution import fence
 from app.execution.attempts import find_attempt, update_attempt
 from app.execution.key import AttemptKey

@@ -5,7 +5,7 @@ import uuid
 
 from sqlmodel import Session
 
-from app.db import utcnow
+from app.db.types import utcnow
 from app.execution.attempts import update_attempt
 from app.execution.key import AttemptKey
 from app.orchestration import rails

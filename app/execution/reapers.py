@@ -23,7 +23,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from app.config import Settings
-from app.db import is_postgres, utcnow
+from app.db.dialect import dialect_of
+from app.db.types import utcnow
 from app.execution.attempts import close_attempt
 from app.execution.key import AttemptKey
 from app.identity.models import Execution
@@ -118,8 +119,8 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
     sweep lock."""
     started = time.perf_counter()
     now = now or utcnow()
-    postgres = is_postgres(session)
-    if postgres and not session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": SWEEP_LOCK_KEY}).scalar():
+    dialect = dialect_of(session)
+    if not dialect.try_hold(session, SWEEP_LOCK_KEY):
         return None
     marked: dict[str, int] = {}
     for candidate in find_candidates(session=session, thresholds=thresholds, now=now):
@@ -127,7 +128,7 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
             marked[candidate.reason] = marked.get(candidate.reason, 0) + 1
     # Promotion locks task instances without their runs, so it comes after the marks (which
     # lock runs first): a sweep never waits for a run while holding a task instance.
-    promote_eligible(session=session, now=now, skip_locked=postgres)
+    promote_eligible(session=session, now=now, skip_locked=not dialect.one_writer)
     if retention is not None and (removed := retention.sweep(session=session, now=now)):
         log.info("retention removed the logs of %d runs", removed)
     reaper_sweep_duration.observe(time.perf_counter() - started)
@@ -155,7 +156,7 @@ class ReaperThread:
         leader: Connection | None = None  # PostgreSQL: the connection holding the leader lock
         while not self.stop_event.wait(self.settings.reaper_interval_seconds):
             try:
-                if is_postgres(self.engine) and (leader := self._lead(leader)) is None:
+                if not dialect_of(self.engine).one_writer and (leader := self._lead(leader)) is None:
                     continue  # another process sweeps
                 with Session(self.engine) as session:
                     marked = sweep(session=session, thresholds=thresholds, backoff=backoff, retention=self.retention)
@@ -179,7 +180,7 @@ class ReaperThread:
                 leader.invalidate()
                 leader.close()
         conn = self.engine.connect()
-        won = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LEADER_LOCK_KEY}).scalar()
+        won = dialect_of(conn).try_lead(conn, LEADER_LOCK_KEY)
         conn.commit()
         if not won:
             conn.close()

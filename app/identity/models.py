@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from app.db import JSONType, UTCDateTime, utcnow
+from app.db.types import JSONType, UTCDateTime, utcnow
 
 
 class Seat(SQLModel, table=True):

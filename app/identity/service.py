@@ -15,7 +15,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from app import wakeups
-from app.db import upsert, utcnow
+from app.db.statements import upsert
+from app.db.types import utcnow
 from app.errors import AppError, conflict, not_found
 from app.identity.models import Execution, Seat
 from app.identity.schemas import AdmissionRequest, ExecutionPatch, ResumeWrite, SeatPut

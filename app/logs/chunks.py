@@ -22,7 +22,9 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlmodel import Session
 
-from app.db import DatabaseFault, database_fault, insert_ignore, reading
+from app.db.engine import reading
+from app.db.faults import DatabaseFault, database_fault
+from app.db.statements import insert_ignore
 from app.logs.models import LogChunk
 from app.logs.store import LogConflict, LogGap, LogStoreFull, LogStoreUnavailable
 

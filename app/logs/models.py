@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, Column, ForeignKey, LargeBinary
 from sqlmodel import Field, SQLModel
 
-from app.db import UTCDateTime
+from app.db.types import UTCDateTime
 
 
 class LogChunk(SQLModel, table=True):

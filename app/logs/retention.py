@@ -12,7 +12,7 @@ from sqlalchemy import func, or_, select
 from sqlmodel import Session
 
 from app.config import Settings
-from app.db import upsert
+from app.db.statements import upsert
 from app.execution.history import run_attempts
 from app.logs.models import LogRemoval
 from app.logs.service import log_key

@@ -9,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.auth.deps import MetricsReaderDep
+from app.db.dialect import dialect_of
 from app.errors import AppError
 from app.logs.store import LogStoreFault
 from app.telemetry.metrics import exposition
@@ -24,7 +25,7 @@ log = logging.getLogger("fenceline.health")
 def health(session: SessionDep) -> dict[str, str]:
     """200 when the service and its database answer (an unreachable database is a 503)."""
     session.execute(text("SELECT 1")).scalar_one()
-    return {"status": "ok", "database": session.get_bind().dialect.name}
+    return {"status": "ok", "database": dialect_of(session).name}
 
 
 @router.get("/health/live")

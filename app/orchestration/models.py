@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Column, ForeignKey, Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
-from app.db import JSONType, UTCDateTime, utcnow
+from app.db.types import JSONType, UTCDateTime, utcnow
 from app.orchestration import states as s
 
 # The states the claim's two partial indexes hold (app/routing/selection.py names them as

@@ -41,7 +41,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlmodel import Session
 
-from app.db import UTCDateTime, insert_ignore, is_postgres, one_of, utcnow
+from app.db.dialect import dialect_of
+from app.db.statements import insert_ignore, one_of
+from app.db.types import UTCDateTime, utcnow
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from app.orchestration.states import Rail
@@ -336,7 +338,7 @@ Alongside = Callable[[CTE], CTE]
 
 
 @cache
-def _settling_success(postgres: bool, alongside: Alongside | None) -> Executable:
+def _settling_success(together: bool, alongside: Alongside | None) -> Executable:
     """The success rail's one statement. It answers whether another task instance of the run is
     unfinished (under the run's lock every finisher of the run has committed, and a run with an
     unfinished task instance is running, so then the run's state stands). On PostgreSQL the
@@ -346,7 +348,7 @@ def _settling_success(postgres: bool, alongside: Alongside | None) -> Executable
     others_unfinished = exists().where(_SIBLING.c.dag_run_id == TI.c.dag_run_id, _SIBLING.c.id != TI.c.id,
                                        _SIBLING.c.state.not_in(s.FINISHED))
     columns = [*SETTLED_COLUMNS, others_unfinished.label("others_unfinished")]
-    if postgres:
+    if together:
         columns.append(room_notification().label("room_announced"))
     else:
         columns.append(literal(False).label("alongside_done"))
@@ -354,7 +356,7 @@ def _settling_success(postgres: bool, alongside: Alongside | None) -> Executable
                                TI.c.attempt_epoch == bindparam("key_epoch"), from_sources(s.SUCCEED))
               .values(**moved_to(s.SUCCEED, bindparam("now", type_=UTCDateTime())), ended_at=bindparam("now"))
               .returning(*columns))
-    if not postgres:
+    if not together:
         return settle
     settled = settle.cte("settled")
     archived = (postgresql.insert(HISTORY).from_select(
@@ -376,12 +378,12 @@ def settle_success(*, session: Session, ti_id: uuid.UUID, try_number: int, attem
     was its last unfinished task instance. The caller holds the run's lock (lock_run_of). On
     PostgreSQL `alongside` (with the values of its `params`) runs in the same statement, after
     the row moved. None if the attempt is not the live one."""
-    postgres = is_postgres(session)
-    moved = session.execute(_settling_success(postgres, alongside), {
+    together = dialect_of(session).writes_in_ctes
+    moved = session.execute(_settling_success(together, alongside), {
         "key_ti": ti_id, "key_try": try_number, "key_epoch": attempt_epoch, "now": now, "archive_id": uuid.uuid4(),
         **(params or {})}).first()
     if moved is not None:
-        if not postgres:
+        if not together:
             announce_room(session)
             archive_try(session, moved, s.SUCCESS)
         if moved.has_downstream:

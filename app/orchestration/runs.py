@@ -6,7 +6,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from app.db import paginate, utcnow
+from app.db.statements import paginate
+from app.db.types import utcnow
 from app.errors import AppError, not_found
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance

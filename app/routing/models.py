@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import Column
 from sqlmodel import Field, SQLModel
 
-from app.db import UTCDateTime
+from app.db.types import UTCDateTime
 
 DEFAULT_POOL, DEFAULT_POOL_SLOTS = "default_pool", 128  # Airflow's defaults
 DEFAULT_QUEUE = "default"

@@ -46,13 +46,14 @@ from sqlalchemy import (
     nulls_first,
     or_,
     select,
-    text,
     union_all,
 )
 from sqlalchemy.dialects import postgresql
 from sqlmodel import Session
 
-from app.db import UTCDateTime, is_postgres, one_of, upsert_columns, written
+from app.db.dialect import Dialect, dialect_of
+from app.db.statements import one_of, upsert_columns, written
+from app.db.types import UTCDateTime
 from app.orchestration.models import TI_IN_FLIGHT_STATES, TI_READY_STATE, TaskInstance
 from app.routing.models import NO_TENANT, Pool, Tenant
 
@@ -124,17 +125,16 @@ def any_ready(queue_count: int) -> ColumnElement[bool]:
 
 
 @cache
-def _routes_statements(postgres: bool, queue_count: int) -> tuple[Select, Select]:
+def _routes_statements(dialect: Dialect, queue_count: int) -> tuple[Select, Select]:
     # A scalar probe per pool, not EXISTS: PostgreSQL may turn an EXISTS into a semi-join that
     # reads every ready row; a probe with LIMIT 1 reads one index entry.
     some_ready = (select(TI.c.id).where(TI.c.pool == POOL.c.name, ready_on(queue_count)).limit(1)
                   .scalar_subquery())
     pools = select(POOL.c.name).where(some_ready.is_not(None)).order_by(POOL.c.name)
     caps = select(TENANT.c.tenant_id).where(TENANT.c.max_running.is_not(None)).order_by(TENANT.c.tenant_id)
-    if postgres:  # FOR NO KEY UPDATE: claims and resizes queue on each other; a run naming the pool
-        # (FOR KEY SHARE) does not.
-        return pools.with_for_update(of=POOL, key_share=True), caps.with_for_update()
-    return pools, caps
+    # FOR NO KEY UPDATE: claims and resizes queue on each other; a run naming the pool (FOR KEY
+    # SHARE) does not.
+    return dialect.for_update(pools, of=POOL, key_share=True), dialect.for_update(caps)
 
 
 def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Routes | None:
@@ -147,7 +147,7 @@ def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Route
     until it commits. A claim that took a tenant's turn (take_turns) before a new cap on that
     tenant, while another claim that sees the cap holds the tenant and waits on this one's
     capped tenants, would otherwise deadlock with it."""
-    pools, caps = _routes_statements(is_postgres(session), len(queues))
+    pools, caps = _routes_statements(dialect_of(session), len(queues))
     names = session.execute(pools, params(queues, now)).scalars().all()
     if not names:
         return None
@@ -159,8 +159,7 @@ def lock_all_pools(session: Session) -> None:
     new ones until this change commits. A table lock, so that it covers a pool created at any
     moment too: EXCLUSIVE conflicts with the row locks claims take (and a run's FOR KEY SHARE
     of its pools, which then waits as briefly), not with plain reads."""
-    if is_postgres(session):
-        session.execute(text(f"LOCK TABLE {Pool.__tablename__} IN EXCLUSIVE MODE"))
+    dialect_of(session).lock_table(session, Pool.__tablename__)
 
 
 # --- the choice ---------------------------------------------------------------------------------
@@ -307,8 +306,7 @@ def hold_turns(session: Session) -> None:
     (a batch of claims takes the turns in claim order, not in tenant order). The capped
     tenants' rows, which claims lock when any tenant has a cap, are locked before any turn, in
     key order (lock_routes)."""
-    if is_postgres(session):
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": TURNS_LOCK_KEY})
+    dialect_of(session).hold(session, TURNS_LOCK_KEY)
 
 
 def take_turns(session: Session, tenant_ids: Iterable[str | None], now: datetime) -> None:

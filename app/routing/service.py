@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from sqlalchemy import case, delete, func, select, update
 from sqlmodel import Session
 
-from app.db import insert_ignore, is_postgres, upsert_columns
+from app.db.dialect import dialect_of
+from app.db.statements import insert_ignore, upsert_columns
 from app.errors import AppError, conflict, not_found
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
@@ -101,8 +102,7 @@ def check_routes(*, session: Session, wanted: dict[str, int]) -> None:
     # FOR KEY SHARE on PostgreSQL: a concurrent DELETE of a pool waits for this run's commit
     # (and then finds its task instances); claims and resizes do not wait for it.
     found = select(Pool.name, Pool.slots).where(Pool.name.in_(list(wanted)))
-    if is_postgres(session):
-        found = found.with_for_update(read=True, key_share=True)
+    found = dialect_of(session).for_update(found, read=True, key_share=True)
     slots = dict(session.execute(found).all())
     if unknown := sorted(wanted.keys() - slots.keys()):
         raise AppError(422, "unknown-pool", "Unknown pool", f"No pool {', '.join(map(repr, unknown))}.")

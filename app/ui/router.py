@@ -16,7 +16,7 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
 from app.auth.deps import check_password, operator_token
-from app.db import utcnow
+from app.db.types import utcnow
 from app.errors import AppError
 from app.logs import service as logs
 from app.orchestration import runs

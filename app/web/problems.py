@@ -19,7 +19,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from app.db import DatabaseFault, database_fault
+from app.db.faults import DatabaseFault, database_fault
 from app.errors import AppError
 from app.logs.store import LogStoreFault, LogStoreFull
 from app.telemetry.metrics import log_store_errors, stale_reports

@@ -14,7 +14,7 @@ from sqlalchemy import update
 
 from app.airflow.v1 import ERRORS_DOC as AIRFLOW_V1_ERRORS
 from app.auth.models import LoginFailure
-from app.db import utcnow
+from app.db.types import utcnow
 from tests.api import ADMIN_PASSWORD, assert_problem
 
 

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import Session
 
-from app.db import utcnow
+from app.db.types import utcnow
 from app.execution import reapers
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff

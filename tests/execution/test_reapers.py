@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlmodel import Session
 
-from app.db import utcnow
+from app.db.types import utcnow
 from app.execution import reapers
 from app.execution.key import AttemptKey
 from app.orchestration.rails import Backoff

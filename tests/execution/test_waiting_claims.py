@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import create_engine, event, update
 
 from app import wakeups
-from app.db import utcnow
+from app.db.types import utcnow
 from app.main import create_app
 from app.orchestration.models import TaskInstance
 from app.wakeups import Hub

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import Session
 
-from app.db import utcnow
+from app.db.types import utcnow
 from app.logs.retention import Retention
 from app.orchestration.models import DagRun
 from tests.api import Operator, Worker, task, ti_ids

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
-from app.db import make_engine
+from app.db.engine import make_engine
 from app.ops.migrate import upgrade
 from tests.databases import BACKENDS, throwaway_database
 

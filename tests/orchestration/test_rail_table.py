@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select, update
 from sqlmodel import Session
 
-from app.db import utcnow
+from app.db.types import utcnow
 from app.errors import AppError
 from app.execution import dispatch, fence, operator, reapers
 from app.execution.key import AttemptKey

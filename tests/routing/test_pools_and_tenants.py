@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import insert
 from sqlmodel import Session
 
-from app.db import utcnow
+from app.db.types import utcnow
 from app.execution import dispatch
 from app.routing.models import Tenant
 from tests.api import Operator, Worker, assert_problem, json_of, task

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import insert
 from sqlmodel import Session
 
-from app.db import utcnow
+from app.db.types import utcnow
 from app.execution import dispatch
 from app.main import create_app
 from app.routing.models import Tenant

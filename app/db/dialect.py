@@ -1,0 +1,88 @@
+"""What differs between SQLite and PostgreSQL, in one object per database
+(docs/decisions/0001-two-databases.md).
+
+The domains ask a `Dialect` for a capability (`dialect_of(session).writes_in_ctes`) or a lock
+(`dialect_of(session).hold(session, key)`), never which database they run on. SQLite here
+is served by one process whose writing transactions take turns (BEGIN IMMEDIATE): what
+PostgreSQL needs locks, advisory locks and notifications for, SQLite gets from that.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, make_url, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session
+
+# An execution option that marks a reading engine: its transactions begin read-only (SQLite).
+READ_ONLY = "fenceline_read_only"
+AUTOCOMMIT = "AUTOCOMMIT"
+
+_HOLD = text("SELECT pg_advisory_xact_lock(:k)")
+_TRY_HOLD = text("SELECT pg_try_advisory_xact_lock(:k)")
+_TRY_LEAD = text("SELECT pg_try_advisory_lock(:k)")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One database's differences. Hashable: statements built once per dialect are cached by it."""
+
+    name: str
+    # Writers take turns (SQLite: one process, BEGIN IMMEDIATE): no row, table or advisory lock is
+    # needed among them, and there is nobody to skip past (no SKIP LOCKED).
+    one_writer: bool
+    # One statement may write several tables (WITH … UPDATE/INSERT … RETURNING): PostgreSQL.
+    writes_in_ctes: bool
+    # Commits are announced to every process (LISTEN/NOTIFY); else only to this process.
+    notifies: bool
+    # The database is a file opened in place, not a server to wait for.
+    file_based: bool
+    read_only_options: tuple[tuple[str, Any], ...]
+
+    def insert(self, table: Any) -> Any:
+        """This dialect's INSERT of `table` (a model or a Table), which has ON CONFLICT (Core: the
+        ORM's bulk insert costs more than it gives)."""
+        return (sqlite.insert if self.one_writer else postgresql.insert)(getattr(table, "__table__", table))
+
+    def for_update(self, stmt: Any, **how: Any) -> Any:
+        """`stmt` locking the rows it reads (`how`: with_for_update's arguments) where writers
+        run at once; unchanged where they take turns."""
+        return stmt if self.one_writer else stmt.with_for_update(**how)
+
+    def hold(self, session: Session, key: int) -> None:
+        """Wait for the transaction-level lock `key`, held until the transaction ends."""
+        if not self.one_writer:
+            session.execute(_HOLD, {"k": key})
+
+    def try_hold(self, session: Session, key: int) -> bool:
+        """Take the transaction-level lock `key` if it is free; False if another transaction has it."""
+        return self.one_writer or bool(session.execute(_TRY_HOLD, {"k": key}).scalar())
+
+    def try_lead(self, conn: Connection, key: int) -> bool:
+        """Take the session-level lock `key` on `conn` (held while the connection lives) if it is
+        free: the one process of several that leads. With one writer's process, it always does."""
+        return self.one_writer or bool(conn.execute(_TRY_LEAD, {"k": key}).scalar())
+
+    def lock_table(self, session: Session, table: str) -> None:
+        """Lock `table` IN EXCLUSIVE MODE until the transaction ends: other writers of it wait,
+        plain reads do not."""
+        if not self.one_writer:
+            session.execute(text(f"LOCK TABLE {table} IN EXCLUSIVE MODE"))
+
+
+SQLITE = Dialect("sqlite", one_writer=True, writes_in_ctes=False, notifies=False, file_based=True,
+                 read_only_options=((READ_ONLY, True),))
+POSTGRESQL = Dialect("postgresql", one_writer=False, writes_in_ctes=True, notifies=True, file_based=False,
+                     read_only_options=(("postgresql_readonly", True),))
+_BY_NAME = {d.name: d for d in (SQLITE, POSTGRESQL)}
+
+
+def dialect_of(bind: Session | Engine | Connection) -> Dialect:
+    """The dialect `bind` (a session, an engine or a connection) talks to."""
+    engine = bind.get_bind() if isinstance(bind, Session) else bind
+    return _BY_NAME[engine.dialect.name]
+
+
+def dialect_for_url(url: str) -> Dialect:
+    """The dialect a database URL names (KeyError for a database fenceline does not serve)."""
+    return _BY_NAME[make_url(url).get_backend_name()]
