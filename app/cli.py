@@ -45,7 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.ops import startup
-    from app.telemetry import logconfig
+    from app.telemetry import logconfig, multiprocess
 
     settings = startup.load_settings()
     logconfig.configure(settings.log_format, args.log_level)
@@ -62,7 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sock = startup.bind(args.host, args.port)
     # Before the application (and prometheus_client) is imported: `--workers N` processes
     # inherit the environment it sets (app/telemetry/metrics.py).
-    metrics_dir = startup.prepare_multiprocess(workers)
+    metrics_dir = multiprocess.prepare_multiprocess(workers)
     from uvicorn.supervisors import Multiprocess
 
     from app.main import create_app
@@ -88,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             Multiprocess(config, sockets=[sock]).run()
     finally:
         sock.close()
-        startup.remove_multiprocess_dir(metrics_dir)
+        multiprocess.remove_multiprocess_dir(metrics_dir)
     return 0
 
 

@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.db.dialect import with_driver
+
 
 def log_store_name(value: str) -> str:
     """A log store's name as FENCELINE_LOG_STORE and `fenceline logs copy` take it."""
@@ -117,12 +119,7 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         """The SQLAlchemy URL: the SQLite file under data_dir unless one is configured."""
-        url = self.database_url or f"sqlite:///{(self.data_dir / 'fenceline.db').resolve()}"
-        # Plain postgresql:// URLs mean psycopg 3, the only PostgreSQL driver installed.
-        for prefix in ("postgresql://", "postgres://"):
-            if url.startswith(prefix):
-                return "postgresql+psycopg://" + url[len(prefix):]
-        return url
+        return with_driver(self.database_url or f"sqlite:///{(self.data_dir / 'fenceline.db').resolve()}")
 
 
 @lru_cache

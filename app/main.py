@@ -24,12 +24,14 @@ from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
 from app.logs import stores
+from app.logs.deps import install_fault_handler
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
-from app.ops.health import router as operations_router
+from app.ops import health
 from app.orchestration.rails import next_eligible_at
 from app.orchestration.router import router as orchestration_router
 from app.routing.router import router as routing_router
+from app.routing.service import check_routes
 from app.telemetry import metrics, tracing
 from app.telemetry.logconfig import sayer
 from app.telemetry.observe import Observe
@@ -63,9 +65,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 f"password {installation.generated_password!r}")
         if store_note is not None:
             say(store_note)
-        retention = Retention.from_settings(settings, app.state.log_store)
-        reaper = ReaperThread(app.state.engine, settings, retention) if settings.reaper_interval_seconds > 0 else None
-        if reaper is not None:
+        reaper = None
+        if settings.reaper_interval_seconds > 0:
+            reaper = ReaperThread(app.state.engine, settings, app.state.retention)
             reaper.start()
         await app.state.wakeups.start()
         yield
@@ -93,13 +95,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.read_engine = reading(app.state.engine)
     app.state.single_statement_engine = single_statements(app.state.engine)
     metrics.watch_pool(app.state.engine)
-    app.state.metrics_registry = metrics.scrape_registry(app.state.read_engine)
+    app.state.metrics_registry = health.scrape_registry(app.state.read_engine)
     # Claims in flight at once: half the pool, the rest for every other request.
     app.state.wakeups = Hub(app.state.engine, lambda: next_due(app.state.read_engine),
                             claim_threads=max(1, settings.database_pool_size // 2))
     store_name, store_note = stores.choose(settings)
     app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
+    app.state.check_routes = check_routes  # routing's, handed to orchestration's run creation
+    app.state.retention = Retention.from_settings(settings, app.state.log_store)  # the reaper's, and /v1/admin/reap's
     install_error_handlers(app)
+    install_fault_handler(app)  # the log store's
     app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # before the URL check
     if settings.trusted_proxies:  # outermost: the client's address, as a trusted proxy names it
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
@@ -111,7 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # (matching every earlier route was a tenth of a tries read), and theirs are the hot ones.
     # No router serves a path another also serves, so the order decides nothing else.
     for router in (execution_router, logs_router, airflow_v2_router, open_router, airflow_v1_router, cli_login_router,
-                   operations_router, docs_router, auth_router, identity_router, orchestration_router, rails_router,
+                   health.router, docs_router, auth_router, identity_router, orchestration_router, rails_router,
                    routing_router, admin_router, ui_router):
         app.include_router(router)
     return app

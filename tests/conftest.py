@@ -30,7 +30,8 @@ from app.db.engine import make_engine
 from app.db.types import metadata
 from app.main import create_app
 from app.ops.migrate import upgrade
-from app.routing.models import DEFAULT_POOL, DEFAULT_POOL_SLOTS, Pool
+from app.orchestration.routes import DEFAULT_POOL
+from app.routing.models import DEFAULT_POOL_SLOTS, Pool
 from tests.api import ADMIN_PASSWORD, Operator
 from tests.databases import BACKENDS, throwaway_database
 

@@ -137,7 +137,7 @@ def test_the_operators_token_still_reads_metrics(operator: Operator):
 
 class TestMultiprocess:
     """Several server processes sharing PROMETHEUS_MULTIPROC_DIR (what `serve --workers N` sets
-    up, app/telemetry/metrics.py prepare_multiprocess): a scrape of any one sums them all."""
+    up, app/telemetry/multiprocess.py prepare_multiprocess): a scrape of any one sums them all."""
 
     def test_a_scrape_of_one_process_counts_every_processs_requests(self, tmp_path):
         import httpx

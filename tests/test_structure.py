@@ -1,4 +1,5 @@
-"""The layout's promises, read off app/'s source (docs/decisions/0005): the seam between
+"""The layout's promises, read off app/'s source (docs/decisions/0005, 0008): imports that only go
+down the layers, a thin root, small modules, the dialect in one place, the seam between
 orchestration and execution, services free of the HTTP framework, routers imported by main.py
 alone, and one home for each concept that used to live in several."""
 
@@ -45,6 +46,89 @@ def reach(module: str) -> set[str]:
 
 def source(module: str) -> str:
     return MODULES[module].read_text()
+
+
+# The layers, lowest first (docs/decisions/0008-layers.md): a module imports modules of its own
+# layer and of lower ones, never of a higher one. A module's layer is its longest prefix here.
+LAYERS: list[tuple[str, ...]] = [
+    ("app", "app.config", "app.db", "app.errors"),  # the root kit
+    ("app.telemetry",),  # what the worker may use too
+    ("app.web",),  # the HTTP kit every router stands on
+    ("app.auth",),  # the domains, in the order they may use each other
+    ("app.orchestration",),
+    ("app.identity",),
+    ("app.routing",),
+    ("app.execution",),
+    ("app.logs",),
+    ("app.models",),  # every table, for the migrations and the snapshot
+    ("app.airflow", "app.ui", "app.admin", "app.ops"),  # the faces over the domains
+    ("app.main",),
+    ("app.cli",),
+]
+KITS = ("app.db", "app.telemetry", "app.web")
+DOMAINS = ("app.auth", "app.orchestration", "app.identity", "app.routing", "app.execution", "app.logs")
+
+
+def layer(module: str) -> int:
+    """The place in LAYERS of `module` (ValueError for a module no layer holds)."""
+    found = [(len(prefix), n) for n, prefixes in enumerate(LAYERS) for prefix in prefixes
+             if module == prefix or module.startswith(prefix + ".")]
+    if not found:
+        raise ValueError(f"{module} is in no layer")
+    return max(found)[1]
+
+
+def app_imports(module: str) -> set[str]:
+    """The app modules (or packages) `module` imports."""
+    return {i for i in imports(module) if i == "app" or i.startswith("app.")}
+
+
+def test_imports_only_go_down_the_layers():
+    upward = [f"{m} -> {i}" for m in MODULES if not m.startswith("app.worker")
+              for i in app_imports(m) if not i.startswith("app.worker") and layer(i) > layer(m)]
+    assert not upward, upward
+
+
+def test_no_two_domains_import_each_other():
+    uses = {(m.split(".")[1], i.split(".")[1]) for m in MODULES if m.startswith(DOMAINS)
+            for i in app_imports(m) if i.startswith(DOMAINS) and i.split(".")[1] != m.split(".")[1]}
+    assert not {(a, b) for a, b in uses if (b, a) in uses}
+
+
+def test_the_kits_import_no_domain():
+    for module in (m for m in MODULES if m.startswith(KITS)):
+        reached = {i for i in app_imports(module) if i.startswith(DOMAINS + ("app.models", "app.airflow", "app.ui"))}
+        assert not reached, f"{module} imports {sorted(reached)}"
+
+
+def test_the_worker_imports_nothing_of_the_server_but_telemetry():
+    for module in (m for m in MODULES if m.startswith("app.worker")):
+        server = {i for i in app_imports(module) if not i.startswith(("app.worker", "app.telemetry"))}
+        assert not server, f"{module} imports {sorted(server)}"
+    for module in (m for m in MODULES if m.startswith("app.telemetry")):
+        assert not {i for i in app_imports(module) if i != "app.telemetry" and not i.startswith("app.telemetry.")}, \
+            f"{module}: the worker imports telemetry, so telemetry imports nothing else of app"
+    importers = {m for m in MODULES if not m.startswith("app.worker")
+                 for i in app_imports(m) if i.startswith("app.worker")}
+    assert importers <= {"app.cli"}, importers
+
+
+def test_the_root_is_thin_and_modules_are_small():
+    root = sorted(p.name for p in APP.glob("*.py"))
+    assert len(root) <= 8, root
+    large = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 400}
+    assert not large, large
+
+
+# Asking which database this is, anywhere but app/db/ (whose Dialect says what differs instead).
+DIALECT_BRANCHES = ("is_postgres(", "dialect.name", "get_backend_name(", "sqlalchemy.dialects", "postgresql_where",
+                    'startswith("postgres', 'startswith("sqlite', 'drivername="postgresql"')
+
+
+def test_the_dialect_is_asked_in_one_place():
+    branches = [f"{m}: {b}" for m in MODULES if not m.startswith("app.db")
+                for b in DIALECT_BRANCHES if b in source(m)]
+    assert branches == []
 
 
 ROUTERS = {m for m in MODULES if "Router(" in source(m) and m != "app.web.routes"}

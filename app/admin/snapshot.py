@@ -18,9 +18,10 @@ from app import models  # noqa: F401  (registers every table)
 from app.db.types import UTCDateTime, metadata
 from app.errors import AppError
 from app.identity.schemas import SeatName
+from app.orchestration.routes import DEFAULT_POOL, RouteName
 from app.orchestration.schemas import Ident, RunId
-from app.routing.models import DEFAULT_POOL, Pool
-from app.routing.schemas import RouteName, Slots
+from app.routing.models import Pool
+from app.routing.schemas import Slots
 from app.web.schemas import FreeForm, unstorable
 
 FORMAT = "fenceline-snapshot/1"

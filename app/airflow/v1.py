@@ -16,10 +16,11 @@ from app.airflow.service import TryView
 from app.auth import tokens
 from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic
 from app.errors import unauthorized
+from app.logs.deps import StoreDep
 from app.logs.store import LogStore
 from app.orchestration.models import DagRun
 from app.orchestration.models import TaskInstance as TaskInstanceRow
-from app.web.deps import SessionDep, StoreDep
+from app.web.deps import SessionDep
 from app.web.problems import ErrorFamily, problem_response, problems, register_error_family
 from app.web.routes import Router
 

@@ -42,8 +42,9 @@ from app.auth.deps import BearerDep, check_password, installation, operator_toke
 from app.db.engine import database_answers
 from app.db.types import utcnow
 from app.errors import AppError, forbidden, unauthorized
+from app.logs.deps import StoreDep
 from app.orchestration.models import DagRun, TaskInstance
-from app.web.deps import SessionDep, StoreDep, commit
+from app.web.deps import SessionDep, commit
 from app.web.problems import ErrorFamily, register_error_family
 from app.web.routes import Router
 

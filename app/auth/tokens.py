@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import jwt
 
-from app.execution.key import AttemptKey
+from app.auth.attempt_key import AttemptKey
 from app.telemetry.metrics import tokens_without_audience
 
 ALGORITHM = "HS256"

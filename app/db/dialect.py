@@ -84,5 +84,22 @@ def dialect_of(bind: Session | Engine | Connection) -> Dialect:
 
 
 def dialect_for_url(url: str) -> Dialect:
-    """The dialect a database URL names (KeyError for a database fenceline does not serve)."""
-    return _BY_NAME[make_url(url).get_backend_name()]
+    """The dialect a database URL names; ValueError for a database fenceline does not serve."""
+    name = make_url(url).get_backend_name()
+    if name not in _BY_NAME:
+        raise ValueError(f"fenceline stores its state in SQLite or PostgreSQL, not {name}")
+    return _BY_NAME[name]
+
+
+def with_driver(url: str) -> str:
+    """`url` naming its driver: a plain postgresql:// (or postgres://) URL means psycopg 3, the
+    only PostgreSQL driver installed."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def partial_index(where: Any) -> dict[str, Any]:
+    """The keyword arguments of an Index whose rows are those matching `where`, on both databases."""
+    return {"postgresql_where": where, "sqlite_where": where}

@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import CTE, Update, bindparam, insert, literal, select, update
 from sqlmodel import Session
 
+from app.auth.attempt_key import AttemptKey
 from app.db.statements import insert_ignore
 from app.db.types import utcnow
-from app.execution.key import AttemptKey
 from app.execution.models import TaskAttempt
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Outcome

@@ -10,15 +10,15 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, exists, select, update
 from sqlmodel import Session
 
-from app.db.dialect import dialect_of
+from app.db.dialect import Dialect, dialect_of
 from app.db.types import UTCDateTime, utcnow
 from app.errors import AppError
 from app.execution.attempts import open_attempts, opening
 from app.identity.models import Execution
 from app.orchestration import states as s
 from app.orchestration.rails import NEW_EXECUTION, RUNS, TI, from_sources, moved_to, promote_eligible
+from app.orchestration.routes import DEFAULT_QUEUE
 from app.routing import selection
-from app.routing.models import DEFAULT_QUEUE
 
 EXECUTIONS = Execution.__table__
 
@@ -88,15 +88,15 @@ CLAIM = _claiming(TI.c.id.in_(bindparam("ids", expanding=True)))
 
 
 @cache
-def _claiming_one(queue_count: int, capped: bool, together: bool) -> Any:
+def _claiming_one(queue_count: int, capped: bool, dialect: Dialect) -> Any:
     """The claim of one task: its choice (selection.first_choice) and its claim, one statement;
-    where one statement may write several tables (`together`: PostgreSQL) its tenant's turn and its
-    attempt record too, which read the claimed row (so its lock comes first)."""
+    where one statement may write several tables (PostgreSQL) its tenant's turn and its attempt
+    record too, which read the claimed row (so its lock comes first)."""
     claim = _claiming(TI.c.id == selection.first_choice(queue_count, capped))
-    if not together:
+    if not dialect.writes_in_ctes:
         return claim
     claimed = claim.cte("claimed")
-    return select(claimed).add_cte(selection.taking_turn(claimed), opening(claimed))
+    return select(claimed).add_cte(selection.taking_turn(claimed, dialect), opening(claimed))
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], que
                 require_current_execution(session, execution_id)
                 answers.append(Claimed([], held_back=nothing.held_back))
                 continue
-            claimed = _claim_held(session, routes, execution_id, limit, queues, at, dialect.writes_in_ctes)
+            claimed = _claim_held(session, routes, execution_id, limit, queues, at, dialect)
         except AppError as refusal:
             answers.append(refusal)
             continue
@@ -157,11 +157,11 @@ def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], que
 
 
 def _claim_held(session: Session, routes: selection.Routes, execution_id: uuid.UUID, limit: int,
-                queues: Sequence[str], now: datetime, together: bool) -> Claimed:
+                queues: Sequence[str], now: datetime, dialect: Dialect) -> Claimed:
     """One claim, its pools already locked (`routes`)."""
     claimer = {"now": now, "claimer": execution_id}
     if limit == 1:
-        claimed = session.execute(_claiming_one(len(queues), routes.capped, together),
+        claimed = session.execute(_claiming_one(len(queues), routes.capped, dialect),
                                   {**selection.params(queues, now, routes, 1), **claimer, "attempt_id": uuid.uuid4()}
                                   ).all()
     else:  # the choice first (its cut to what fits together is Python's), then the claim by key
@@ -169,7 +169,7 @@ def _claim_held(session: Session, routes: selection.Routes, execution_id: uuid.U
         claimed = session.execute(CLAIM, {"ids": chosen, **claimer}).all() if chosen else []
     if not claimed:  # 409 if the execution may not claim (that is why); else whether ready work was held back
         return Claimed([], held_back=work_ready(session=session, execution_id=execution_id, queues=queues, now=now))
-    if not (together and limit == 1):  # else the claim's statement did both
+    if not (dialect.writes_in_ctes and limit == 1):  # else the claim's statement did both
         selection.take_turns(session, (row.tenant_id for row in claimed), now)
         open_attempts(session, claimed, now)
     claimed.sort(key=lambda ti: (ti.dag_id, ti.run_id, ti.task_id, ti.map_index))

@@ -13,6 +13,7 @@ from datetime import datetime
 from sqlalchemy import CTE, Row, bindparam, exists, select, update
 from sqlmodel import Session
 
+from app.auth.attempt_key import AttemptKey
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
 from app.db.dialect import dialect_of
 from app.db.engine import one_statement
@@ -20,7 +21,6 @@ from app.db.statements import one_of
 from app.db.types import utcnow
 from app.errors import AppError, unauthorized
 from app.execution.attempts import ATTEMPTS, OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
-from app.execution.key import AttemptKey
 from app.execution.schemas import Report
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance

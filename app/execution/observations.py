@@ -9,10 +9,10 @@ from datetime import datetime
 
 from sqlmodel import Session
 
+from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.execution import fence
 from app.execution.attempts import find_attempt, update_attempt
-from app.execution.key import AttemptKey
 from app.execution.schemas import ObservationIn, Report
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff

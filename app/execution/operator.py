@@ -5,9 +5,9 @@ import uuid
 
 from sqlmodel import Session
 
+from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.execution.attempts import update_attempt
-from app.execution.key import AttemptKey
 from app.orchestration import rails
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance

@@ -17,18 +17,18 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from sqlalchemy import Connection, Engine, or_, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
+from app.auth.attempt_key import AttemptKey
 from app.config import Settings
 from app.db.dialect import dialect_of
 from app.db.types import utcnow
 from app.execution.attempts import close_attempt
-from app.execution.key import AttemptKey
 from app.identity.models import Execution
-from app.logs.retention import Retention
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff, Outcome, apply_outcome, from_sources, lock_run, promote_eligible
@@ -112,8 +112,15 @@ def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datet
     return moved is not None
 
 
+class Sweeping(Protocol):
+    """More work a sweep does after its marks, handed in by the app (the logs' retention:
+    app/logs/retention.py); answers how many runs it handled."""
+
+    def sweep(self, *, session: Session, now: datetime) -> int: ...
+
+
 def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: datetime | None = None,
-          retention: Retention | None = None) -> dict[str, int] | None:
+          retention: Sweeping | None = None) -> dict[str, int] | None:
     """One sweep: due retries and reschedules are promoted, lost attempts marked, and with
     `retention` the logs of a few expired runs removed. None when another replica holds the
     sweep lock."""
@@ -138,7 +145,7 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
 class ReaperThread:
     """The periodic sweep of one replica, on its own thread and sessions."""
 
-    def __init__(self, engine: Engine, settings: Settings, retention: Retention | None = None) -> None:
+    def __init__(self, engine: Engine, settings: Settings, retention: Sweeping | None = None) -> None:
         self.engine, self.settings, self.retention = engine, settings, retention
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="fenceline-reaper", daemon=True)

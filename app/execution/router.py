@@ -29,13 +29,12 @@ from app.execution.schemas import (
     WorkItem,
     WorkItems,
 )
-from app.logs.retention import Retention
 from app.orchestration import runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
 from app.telemetry import metrics, tracing
-from app.web.deps import SessionDep, SingleStatementDep, StoreDep, commit
+from app.web.deps import SessionDep, SingleStatementDep, commit
 from app.web.problems import problems, refusals
 from app.web.routes import Router
 
@@ -235,11 +234,11 @@ def list_attempts(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> Atte
 
 
 @router.post("/v1/admin/reap", tags=["admin"])
-def reap(session: SessionDep, store: StoreDep, request: Request, _: OperatorDep) -> SweepResult:
+def reap(session: SessionDep, request: Request, _: OperatorDep) -> SweepResult:
     """Run one reaper sweep now (retention included, when it is set)."""
     settings = request.app.state.settings
     marked = reapers.sweep(session=session, thresholds=reapers.Thresholds.from_settings(settings),
-                           backoff=backoff(request), retention=Retention.from_settings(settings, store))
+                           backoff=backoff(request), retention=request.app.state.retention)
     return SweepResult(marked=marked or {}, swept=marked is not None)
 
 

@@ -6,9 +6,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from app.orchestration.routes import DEFAULT_QUEUE, RouteName
 from app.orchestration.states import INFRA_REASONS
-from app.routing.models import DEFAULT_QUEUE
-from app.routing.schemas import RouteName
 from app.web.schemas import Problem, Strict
 
 InfraReason = Literal[INFRA_REASONS]  # type: ignore[valid-type]

@@ -11,9 +11,10 @@ from app.auth.deps import AttemptDep, OperatorDep
 from app.errors import AppError
 from app.execution.schemas import StaleReport
 from app.logs import service
+from app.logs.deps import StoreDep
 from app.orchestration.runs import get_task_instance
 from app.telemetry.metrics import log_bytes_appended
-from app.web.deps import SessionDep, StoreDep, commit
+from app.web.deps import SessionDep, commit
 from app.web.problems import problems, refusals
 from app.web.routes import Router
 from app.web.schemas import Problem, Strict

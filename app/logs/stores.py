@@ -9,6 +9,7 @@ the store it copied to, which becomes the default).
 from sqlalchemy import Engine
 
 from app.config import Settings
+from app.db.dialect import dialect_for_url
 from app.logs.database import DatabaseLogStore
 from app.logs.store import FileLogStore, LogStore
 
@@ -17,7 +18,7 @@ def choose(settings: Settings) -> tuple[str, str | None]:
     """The store's name, and what to tell the operator at start when the log directory decided it."""
     if settings.log_store:
         return settings.log_store, None
-    if not settings.resolved_database_url.startswith("postgresql"):
+    if dialect_for_url(settings.resolved_database_url).one_writer:  # one process: its files serve every request
         return "file", None
     files = FileLogStore(settings.resolved_log_dir)
     if moved := files.moved_to():

@@ -1,24 +1,55 @@
 """Operations endpoints (contract 8): liveness, readiness, health, and Prometheus metrics."""
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.auth.deps import MetricsReaderDep
 from app.db.dialect import dialect_of
 from app.errors import AppError
 from app.logs.store import LogStoreFault
-from app.telemetry.metrics import exposition
+from app.orchestration import states as s
+from app.orchestration.models import TaskInstance
+from app.telemetry.metrics import Recorded, exposition
 from app.web.deps import SessionDep
 from app.web.problems import problems
 from app.web.routes import Router
 
 router = Router(tags=["operations"])
 log = logging.getLogger("fenceline.health")
+
+
+class TaskInstancesByState(Collector):
+    """fenceline_task_instances{state}: one grouped query at scrape time (every state listed,
+    zero included, so an alert on a state sees it go to zero)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        with self.engine.connect() as conn:
+            counts = dict(conn.execute(select(TaskInstance.state, func.count()).group_by(TaskInstance.state)).all())
+        family = GaugeMetricFamily("fenceline_task_instances", "Task instances by state, counted at scrape time.",
+                                   labels=["state"])
+        for state in s.ALL:
+            family.add_metric([str(state)], counts.get(str(state), 0))
+        yield family
+
+
+def scrape_registry(read_engine: Engine) -> CollectorRegistry:
+    """The registry /metrics renders for one application: what was recorded, and what the
+    database says now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Recorded())
+    registry.register(TaskInstancesByState(read_engine))
+    return registry
 
 
 @router.get("/health", responses=problems(503))

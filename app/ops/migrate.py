@@ -9,6 +9,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, make_url
 
+from app.db.dialect import dialect_for_url
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -37,7 +39,7 @@ def schema_revision(database_url: str) -> str | None:
     """The revision the database's schema is at; None for a database never migrated (a SQLite
     file that does not exist is not created)."""
     url = make_url(database_url)
-    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).exists():
+    if dialect_for_url(database_url).file_based and url.database and not Path(url.database).exists():
         return None
     engine = create_engine(url)
     try:

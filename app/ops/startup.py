@@ -9,7 +9,6 @@ migrations' head under --no-migrate; 6 an unwritable data or log directory; 7 --
 
 import errno
 import os
-import shutil
 import socket
 import tempfile
 import time
@@ -20,6 +19,7 @@ from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from app.config import Settings
+from app.db.dialect import dialect_for_url
 
 BAD_SETTING, PORT_IN_USE, DATABASE_UNREACHABLE, SCHEMA_NOT_AT_HEAD, UNWRITABLE_DIRECTORY = 2, 3, 4, 5, 6
 WORKERS_REFUSED = 7  # --workers on SQLite, or past the database's connection budget
@@ -85,7 +85,7 @@ def check_directories(settings: Settings) -> None:
     from app.logs import stores
 
     url = make_url(settings.resolved_database_url)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+    if dialect_for_url(settings.resolved_database_url).file_based and url.database not in (None, "", ":memory:"):
         setting = "FENCELINE_DATA_DIR" if settings.database_url is None else "FENCELINE_DATABASE_URL"
         _writable(Path(url.database).parent, setting)
     if stores.choose(settings)[0] == "file":
@@ -134,29 +134,3 @@ def bind(host: str, port: int) -> socket.socket:
     sock.set_inheritable(True)
     os.set_inheritable(sock.fileno(), True)
     return sock
-
-
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-
-def prepare_multiprocess(n_workers: int) -> Path | None:
-    """Set up prometheus-client's multiprocess mode (app/telemetry/metrics.py) for a server of
-    `n_workers` processes. Call it before anything imports app.telemetry.metrics (or prometheus_client):
-    the values are files from the first metric on, and worker processes inherit the
-    environment. With PROMETHEUS_MULTIPROC_DIR already set (an operator's emptyDir, one per
-    server) it is used as it is; else one process needs nothing, and several get a fresh
-    directory of their own. Answers the directory, if any."""
-    if directory := os.environ.get(MULTIPROC_ENV):
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        return Path(directory)
-    if n_workers <= 1:
-        return None
-    directory = tempfile.mkdtemp(prefix="fenceline-metrics-")
-    os.environ[MULTIPROC_ENV] = directory
-    return Path(directory)
-
-
-def remove_multiprocess_dir(directory: Path | None) -> None:
-    """Remove the directory prepare_multiprocess made (the server is done); an operator's stays."""
-    if directory is not None and directory.name.startswith("fenceline-metrics-"):
-        shutil.rmtree(directory, ignore_errors=True)

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Column, ForeignKey, Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
+from app.db.dialect import partial_index
 from app.db.types import JSONType, UTCDateTime, utcnow
 from app.orchestration import states as s
 
@@ -20,7 +21,7 @@ def _partial(*states: str) -> dict[str, Any]:
     """A partial index's predicate on both databases: the task instances in `states`."""
     where = text(f"state = '{states[0]}'" if len(states) == 1 else
                  "state IN (" + ", ".join(f"'{state}'" for state in states) + ")")
-    return {"postgresql_where": where, "sqlite_where": where}
+    return partial_index(where)
 
 
 def _ts() -> Any:

@@ -4,7 +4,7 @@ execution/router.py, next to the service they call)."""
 import uuid
 from typing import Annotated
 
-from fastapi import Query
+from fastapi import Query, Request
 
 from app.auth.deps import OperatorDep
 from app.orchestration import runs
@@ -18,12 +18,12 @@ router = Router(prefix="/v1", tags=["orchestration"], responses=problems(401, 40
 
 
 @router.post("/runs", status_code=201, responses=problems(409))
-def create_run(body: RunCreate, session: SessionDep, _: OperatorDep) -> RunPublic:
+def create_run(body: RunCreate, session: SessionDep, request: Request, _: OperatorDep) -> RunPublic:
     """Create a DAG run with its tasks; tasks without upstreams are ready at once. Without a
     `trace_id`, the run's trace is the request's (its `traceparent`'s), else a new one."""
     if body.trace_id is None and (trace_id := current_trace_id()) is not None:
         body = body.model_copy(update={"trace_id": trace_id})
-    run, tis = runs.create_run(session=session, request=body)
+    run, tis = runs.create_run(session=session, request=body, check_routes=request.app.state.check_routes)
     return run_public(run, tis)
 
 

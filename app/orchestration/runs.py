@@ -11,15 +11,15 @@ from app.db.types import utcnow
 from app.errors import AppError, not_found
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
+from app.orchestration.routes import RouteCheck
 from app.orchestration.schemas import RunCreate
-from app.routing.service import check_routes
 from app.wakeups import announce_queues
 
 
-def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[TaskInstance]]:
+def create_run(*, session: Session, request: RunCreate, check_routes: RouteCheck) -> tuple[DagRun, list[TaskInstance]]:
     """A run and its task instances; tasks without upstreams are scheduled at once. 422
-    unknown-pool or pool-too-small if a task names a pool that does not exist or asks more
-    slots than it has.
+    unknown-pool or pool-too-small (`check_routes`, routing's) if a task names a pool that does
+    not exist or asks more slots than it has.
     409 run-exists if (dag_id, run_id) is taken: the unique key decides, so of two concurrent
     creations of one run the second gets run-exists too."""
     now = utcnow()

@@ -7,8 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from app.orchestration.models import DagRun, TaskInstance
-from app.routing.models import DEFAULT_POOL, DEFAULT_QUEUE
-from app.routing.schemas import PriorityWeight, RouteName
+from app.orchestration.routes import DEFAULT_POOL, DEFAULT_QUEUE, PriorityWeight, RouteName
 from app.web.schemas import FreeForm, Strict
 
 # Identifiers become log path segments: never "." or "..", so none may start with a dot.

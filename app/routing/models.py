@@ -7,8 +7,7 @@ from sqlmodel import Field, SQLModel
 
 from app.db.types import UTCDateTime
 
-DEFAULT_POOL, DEFAULT_POOL_SLOTS = "default_pool", 128  # Airflow's defaults
-DEFAULT_QUEUE = "default"
+DEFAULT_POOL_SLOTS = 128  # Airflow's default for its default pool (orchestration.routes.DEFAULT_POOL)
 NO_TENANT = ""  # the tenant key of runs without a tenant: one more tenant for the claim's turns
 
 

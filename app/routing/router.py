@@ -5,8 +5,9 @@ from typing import Annotated
 from fastapi import Path
 
 from app.auth.deps import OperatorDep
+from app.orchestration.routes import RouteName
 from app.routing import service
-from app.routing.schemas import PoolCreate, PoolPatch, PoolPublic, PoolsPublic, RouteName, TenantCap, TenantPublic
+from app.routing.schemas import PoolCreate, PoolPatch, PoolPublic, PoolsPublic, TenantCap, TenantPublic
 from app.web.deps import SessionDep
 from app.web.problems import problems
 from app.web.routes import Router

@@ -4,12 +4,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, StringConstraints
 
+from app.orchestration.routes import RouteName
 from app.web.schemas import Strict
 
-# Queue and pool names appear in URLs and on the dashboard: the identifiers' alphabet.
-RouteName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,249}$")]
 Slots = Annotated[int, Field(ge=0, le=1_000_000)]
-PriorityWeight = Annotated[int, Field(ge=-1_000_000, le=1_000_000)]
 
 
 class PoolCreate(Strict):

@@ -48,7 +48,6 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.dialects import postgresql
 from sqlmodel import Session
 
 from app.db.dialect import Dialect, dialect_of
@@ -286,10 +285,10 @@ def _fit(groups: list[Row], rows: Iterable[Row], limit: int) -> list[Any]:
     return chosen
 
 
-def taking_turn(claimed: Any) -> Any:
-    """PostgreSQL: take_turns for the one row of `claimed` (the CTE of the row a claim of one
-    took), in the claim's own statement; run with params()."""
-    turn = postgresql.insert(TENANT).from_select(["tenant_id", "last_claimed_at"], select(tenant_of(claimed), NOW))
+def taking_turn(claimed: Any, dialect: Dialect) -> Any:
+    """take_turns for the one row of `claimed` (the CTE of the row a claim of one took), in the
+    claim's own statement, where one statement may write several tables; run with params()."""
+    turn = dialect.insert(TENANT).from_select(["tenant_id", "last_claimed_at"], select(tenant_of(claimed), NOW))
     return (turn.on_conflict_do_update(index_elements=["tenant_id"],
                                        set_={"last_claimed_at": turn.excluded.last_claimed_at})
             .returning(TENANT.c.tenant_id).cte("turn"))

@@ -11,8 +11,9 @@ from app.db.statements import insert_ignore, upsert_columns
 from app.errors import AppError, conflict, not_found
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
+from app.orchestration.routes import DEFAULT_POOL
 from app.routing import selection
-from app.routing.models import DEFAULT_POOL, Pool, Tenant
+from app.routing.models import Pool, Tenant
 from app.wakeups import announce_room
 
 

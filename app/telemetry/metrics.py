@@ -3,14 +3,15 @@ is in docs/operations.md.
 
 Counters and histograms live in prometheus-client's default registry. Under `serve --workers N`
 every process writes its values to files in PROMETHEUS_MULTIPROC_DIR and the process that
-answers a scrape sums them (prometheus-client's multiprocess mode): app/ops/startup.py
+answers a scrape sums them (prometheus-client's multiprocess mode): app/telemetry/multiprocess.py
 `prepare_multiprocess` sets that up before the first process imports this module. What is read
-from the database (task instances by state) is computed at scrape time by a collector, so it
-never drifts; the pool's figures are gauges each process sets on checkout and check-in.
+from the database (task instances by state) is computed at scrape time by a collector of
+app/ops/health.py, so it never drifts; the pool's figures are gauges each process sets on
+checkout and check-in.
 """
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -22,11 +23,11 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, event, func, select
+from sqlalchemy import Engine, event
 
-from app.ops.startup import MULTIPROC_ENV
+from app.telemetry.multiprocess import MULTIPROC_ENV
 
 # --- named by the contract (1.3, 3.4): unchanged -----------------------------------------------
 execution_identity_conflicts = Counter(
@@ -122,27 +123,7 @@ def watch_pool(engine: Engine) -> None:
     event.listen(pool, "checkin", _update)
 
 
-class TaskInstancesByState(Collector):
-    """fenceline_task_instances{state}: one grouped query at scrape time (every state listed,
-    zero included, so an alert on a state sees it go to zero)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def collect(self) -> Iterator[Metric]:
-        from app.orchestration import states as s
-        from app.orchestration.models import TaskInstance
-
-        with self.engine.connect() as conn:
-            counts = dict(conn.execute(select(TaskInstance.state, func.count()).group_by(TaskInstance.state)).all())
-        family = GaugeMetricFamily("fenceline_task_instances", "Task instances by state, counted at scrape time.",
-                                   labels=["state"])
-        for state in s.ALL:
-            family.add_metric([str(state)], counts.get(str(state), 0))
-        yield family
-
-
-class _Recorded(Collector):
+class Recorded(Collector):
     """What this process (or, in multiprocess mode, every process of the server) recorded."""
 
     def collect(self) -> Iterable[Metric]:
@@ -150,15 +131,6 @@ class _Recorded(Collector):
         if directory:
             return multiprocess.MultiProcessCollector(CollectorRegistry(), path=directory).collect()
         return REGISTRY.collect()
-
-
-def scrape_registry(read_engine: Engine) -> CollectorRegistry:
-    """The registry /metrics renders for one application: what was recorded, and what the
-    database says now."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Recorded())
-    registry.register(TaskInstancesByState(read_engine))
-    return registry
 
 
 def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:

@@ -19,11 +19,12 @@ from app.auth.deps import check_password, operator_token
 from app.db.types import utcnow
 from app.errors import AppError
 from app.logs import service as logs
+from app.logs.deps import StoreDep
 from app.orchestration import runs
 from app.orchestration import states as s
 from app.ui import access, graph, timeline, views
 from app.ui.access import UiOperatorDep
-from app.web.deps import SessionDep, StoreDep
+from app.web.deps import SessionDep
 from app.web.routes import Router
 
 HERE = Path(__file__).parent

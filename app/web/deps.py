@@ -1,4 +1,4 @@
-"""Dependencies every router shares: the request's one transaction, and the log store."""
+"""Dependencies every router shares: the request's one transaction, in its kinds."""
 
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -7,15 +7,13 @@ from fastapi import Depends, Request
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.logs.store import LogStore
-
 SAFE_METHODS = ("GET", "HEAD")
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """One transaction per request, committed when the endpoint returns, before the
     response is sent: a failed commit becomes a 5xx, never a 200 for a lost write. GET and
-    HEAD read in a read-only transaction (app/db.py `reading`).
+    HEAD read in a read-only transaction (app/db/engine.py `reading`).
 
     Opening a session touches no connection, so it happens on the event loop; only a
     transaction the endpoint left open costs a thread hop to commit (or roll back). A hot
@@ -45,7 +43,7 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 async def get_single_statement_session(request: Request) -> AsyncIterator[Session]:
-    """A session whose every statement commits on its own (app/db.py `single_statements`), for
+    """A session whose every statement commits on its own (app/db/engine.py `single_statements`), for
     an endpoint that writes at most once: one database round trip instead of three."""
     session = Session(request.app.state.single_statement_engine, expire_on_commit=False)
     try:
@@ -56,9 +54,3 @@ async def get_single_statement_session(request: Request) -> AsyncIterator[Sessio
 
 SingleStatementDep = Annotated[Session, Depends(get_single_statement_session, scope="function")]
 
-
-async def log_store(request: Request) -> LogStore:
-    return request.app.state.log_store
-
-
-StoreDep = Annotated[LogStore, Depends(log_store)]

@@ -21,8 +21,7 @@ from starlette.routing import Match
 
 from app.db.faults import DatabaseFault, database_fault
 from app.errors import AppError
-from app.logs.store import LogStoreFault, LogStoreFull
-from app.telemetry.metrics import log_store_errors, stale_reports
+from app.telemetry.metrics import stale_reports
 from app.telemetry.observe import route_of
 from app.web.schemas import InvalidRequest, Problem
 
@@ -264,19 +263,6 @@ def install_error_handlers(app: FastAPI) -> None:
             return render(request, 507, "database-full", "Database full", fault.detail)
         return render(request, 503, "database-unavailable", "Database unavailable", fault.detail,
                       headers={"Retry-After": "1"})
-
-    @app.exception_handler(LogStoreFault)
-    async def _log_store_fault(request: Request, exc: LogStoreFault) -> JSONResponse:
-        # The one place a log store's fault becomes an answer; the store recorded nothing, and
-        # an agent keeps its unshipped log and sends it again.
-        log.warning("log store %s on %s: %s", exc.reason, request.url.path, exc)
-        log_store_errors.labels(reason=exc.reason).inc()
-        if isinstance(exc, LogStoreFull):
-            return render(request, 507, "log-store-full", "Log store full",
-                          f"The log store has no room; nothing was written ({exc}).")
-        return render(request, 503, "log-store-unavailable", "Log store unavailable",
-                      f"The log store cannot be used now; nothing was written ({exc}). Retry later.",
-                      headers={"Retry-After": "5"})
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 import pytest
 from sqlmodel import Session
 
+from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.execution import reapers
-from app.execution.key import AttemptKey
 from app.orchestration.rails import Backoff
 from tests.api import Worker, assert_stale, task
 from tests.concurrency import wait_for_lock_waits

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import select, update
 from sqlmodel import Session
 
+from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.errors import AppError
 from app.execution import dispatch, fence, operator, reapers
-from app.execution.key import AttemptKey
 from app.execution.schemas import Report
 from app.orchestration import rails
 from app.orchestration import states as s
