@@ -49,8 +49,9 @@ def source(module: str) -> str:
 
 ROUTERS = {m for m in MODULES if "Router(" in source(m) and m != "app.web.routes"}
 SERVICES = {m for m in MODULES if m.endswith(".service")} | {
-    f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history")
-} | {"app.orchestration.rails", "app.orchestration.runs", "app.admin.snapshot"}
+    f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history",
+                                   "claims", "hub", "listener")
+} | {"app.orchestration.rails", "app.orchestration.runs", "app.orchestration.events", "app.admin.snapshot"}
 
 
 def test_orchestration_never_looks_at_workers_or_presentation():

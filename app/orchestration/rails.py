@@ -43,9 +43,9 @@ from sqlmodel import Session
 
 from app.db import UTCDateTime, insert_ignore, is_postgres, one_of, utcnow
 from app.orchestration import states as s
+from app.orchestration.events import announce, announce_queues, announce_room, room_notification
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from app.orchestration.states import Rail
-from app.wakeups import announce, announce_queues, announce_room, room_notification
 
 # The tables, for the statements of the hot paths: plain Core, without the ORM's per-statement
 # bookkeeping (identity map, bulk-update evaluation), which those paths do not need.

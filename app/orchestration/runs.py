@@ -9,10 +9,10 @@ from sqlmodel import Session
 from app.db import paginate, utcnow
 from app.errors import AppError, not_found
 from app.orchestration import states as s
+from app.orchestration.events import announce_queues
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.schemas import RunCreate
 from app.routing.service import check_routes
-from app.wakeups import announce_queues
 
 
 def create_run(*, session: Session, request: RunCreate) -> tuple[DagRun, list[TaskInstance]]:

@@ -9,10 +9,10 @@ from sqlmodel import Session
 from app.db import insert_ignore, is_postgres, upsert_columns
 from app.errors import AppError, conflict, not_found
 from app.orchestration import states as s
+from app.orchestration.events import announce_room
 from app.orchestration.models import TaskInstance
 from app.routing import selection
 from app.routing.models import DEFAULT_POOL, Pool, Tenant
-from app.wakeups import announce_room
 
 
 @dataclass(frozen=True)
