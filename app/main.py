@@ -19,6 +19,8 @@ from app.auth.service import bootstrap
 from app.config import Settings, get_settings
 from app.db.engine import make_engine, reading, single_statements
 from app.db.types import utcnow
+from app.execution.claims import Claims
+from app.execution.hub import Hub
 from app.execution.reapers import ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
@@ -36,7 +38,6 @@ from app.telemetry import metrics, tracing
 from app.telemetry.logconfig import sayer
 from app.telemetry.observe import Observe
 from app.ui.router import router as ui_router
-from app.wakeups import Hub
 from app.web.apidocs import router as docs_router
 from app.web.ingress import Ingress, Limits
 from app.web.problems import document_errors, install_error_handlers
@@ -96,9 +97,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.single_statement_engine = single_statements(app.state.engine)
     metrics.watch_pool(app.state.engine)
     app.state.metrics_registry = health.scrape_registry(app.state.read_engine)
+    app.state.wakeups = Hub(app.state.engine, lambda: next_due(app.state.read_engine))
     # Claims in flight at once: half the pool, the rest for every other request.
-    app.state.wakeups = Hub(app.state.engine, lambda: next_due(app.state.read_engine),
-                            claim_threads=max(1, settings.database_pool_size // 2))
+    app.state.claims = Claims(app.state.wakeups, app.state.engine, app.state.single_statement_engine,
+                              threads=max(1, settings.database_pool_size // 2))
     store_name, store_note = stores.choose(settings)
     app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
     app.state.check_routes = check_routes  # routing's, handed to orchestration's run creation

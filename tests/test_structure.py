@@ -133,8 +133,9 @@ def test_the_dialect_is_asked_in_one_place():
 
 ROUTERS = {m for m in MODULES if "Router(" in source(m) and m != "app.web.routes"}
 SERVICES = {m for m in MODULES if m.endswith(".service")} | {
-    f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history")
-} | {"app.orchestration.rails", "app.orchestration.runs", "app.admin.snapshot"}
+    f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history",
+                                   "claims", "hub", "listener")
+} | {"app.orchestration.rails", "app.orchestration.runs", "app.orchestration.events", "app.admin.snapshot"}
 
 
 def test_orchestration_never_looks_at_workers_or_presentation():
@@ -197,3 +198,12 @@ def test_every_router_hops_to_a_thread_once_per_request():
     for module in ROUTERS:
         assert "APIRouter(" not in source(module), f"{module}: FastAPI's APIRouter, not app.web.routes.Router"
         assert "app.web.routes" in imports(module), f"{module} does not build its routers with Router"
+
+
+def test_the_claim_route_translates_http_and_the_claim_lives_in_execution():
+    router = ast.parse(source("app.execution.router"))
+    (claim,) = [node for node in router.body if isinstance(node, ast.AsyncFunctionDef) and node.name == "claim"]
+    body = claim.body[1:] if isinstance(claim.body[0], ast.Expr) else claim.body  # past the docstring
+    assert body[-1].end_lineno - body[0].lineno + 1 <= 20
+    homes = {m for m in MODULES if "def claim_now(" in source(m)}
+    assert homes == {"app.execution.claims"}

@@ -10,7 +10,7 @@ PostgreSQL needs locks, advisory locks and notifications for, SQLite gets from t
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, make_url, text
+from sqlalchemy import URL, Connection, Engine, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
@@ -103,3 +103,8 @@ def with_driver(url: str) -> str:
 def partial_index(where: Any) -> dict[str, Any]:
     """The keyword arguments of an Index whose rows are those matching `where`, on both databases."""
     return {"postgresql_where": where, "sqlite_where": where}
+
+
+def libpq_conninfo(url: URL) -> str:
+    """A PostgreSQL URL as libpq takes it, for a connection of psycopg's own (the listener's)."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)

@@ -1,24 +1,18 @@
 """HTTP for dispatch, agent writes, observations, attempts, sweeps and the operator rails."""
 
 import uuid
-from dataclasses import dataclass
 
-import anyio
 from fastapi import Request
-from sqlalchemy import Engine
-from sqlmodel import Session
 
-from app import wakeups
-from app.auth import tokens
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
 from app.errors import AppError
-from app.execution import attempts, dispatch, fence, observations, operator, reapers
+from app.execution import attempts, fence, observations, operator, reapers
+from app.execution.claims import Claims
 from app.execution.schemas import (
     AttemptPublic,
     AttemptsPublic,
     AttemptStatus,
     ClaimRequest,
-    Correlation,
     ObservationIn,
     ObservationResult,
     RenewedToken,
@@ -26,14 +20,13 @@ from app.execution.schemas import (
     StaleExecution,
     StaleReport,
     SweepResult,
-    WorkItem,
     WorkItems,
 )
 from app.orchestration import runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
-from app.telemetry import metrics, tracing
+from app.telemetry import metrics
 from app.web.deps import SessionDep, SingleStatementDep, commit
 from app.web.problems import problems, refusals
 from app.web.routes import Router
@@ -56,128 +49,13 @@ async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -
     token); with `wait_seconds`, wait up to that long for work on those queues (answered as
     soon as some is claimed; a wait of 10 s or more ends on a whole second, up to a second
     early), holding neither a thread nor a database connection while waiting."""
-    hub: wakeups.Hub = request.app.state.wakeups
-    waits, served = body.wait_seconds > 0, frozenset(body.queues)
-
-    async def attempt() -> tuple[list[WorkItem], bool]:
-        # Time-driven work may be due: make it ready, do not look. The last claim on these
-        # queues came back full: claim, do not look (if nothing is left, the claim finds no pool
-        # to lock). A claim that waits, when nothing was heard since its last look found
-        # nothing: neither look nor claim (not even a thread), wait.
-        promote, busy = hub.take_promotion(), hub.busy(body.queues)
-        if not (promote or busy) and waits and hub.quiet(execution_id, body.queues):
-            return [], False
-        started = tracing.now()
-        items, held_back = await hub.together(served, claim_now, Ask(
-            request, execution_id, body.limit, sorted(served), waits, promote, busy, hub.generation))
-        if started is not None:  # tracing is on
-            tracing.claimed(started, [i.correlation.trace_id for i in items],
-                            {"fenceline.execution_id": str(execution_id)})
-        return items, held_back
-
-    items = await wakeups.wait_for_work(hub, attempt, limit=body.limit, seconds=body.wait_seconds,
-                                        gone=request.is_disconnected, queues=body.queues, claimer=execution_id)
+    state = request.app.state
+    claims: Claims = state.claims
+    items = await claims.claim(execution_id, limit=body.limit, queues=body.queues, wait_seconds=body.wait_seconds,
+                               gone=request.is_disconnected, keyring=installation(request).keyring,
+                               ttl_seconds=state.settings.attempt_token_ttl_seconds)
     metrics.count_claim(len(items))
     return WorkItems(items=items)
-
-
-@dataclass(frozen=True)
-class Ask:
-    """One claim attempt: for `execution_id`, up to `limit` on `queues`; whether its client
-    `waits` (then it may have left), whether it was told to `promote` or that work is likely
-    `ready` (no look first), and the hub's generation `seen` before it began."""
-
-    request: Request
-    execution_id: uuid.UUID
-    limit: int
-    queues: list[str]
-    waits: bool
-    promote: bool
-    ready: bool
-    seen: int
-
-
-def claim_now(asks: list[Ask]) -> list[tuple[list[WorkItem], bool] | AppError]:
-    """Claim attempts on the same queues begun together (in a claim thread of the hub's; its
-    `together`): each one told neither to promote nor that work is likely ready first looks, in
-    a read that locks nothing; then every one that may find work claims, all in one
-    transaction (dispatch.claim_each), committed only while each client to be handed items is
-    still there (a waiting claim's client may have left: the transaction is made again without
-    it). Answers, in order, each one's items and, when it claimed nothing and waits, whether
-    ready work on its queues was held back by a pool or a cap; or its refusal."""
-    state = asks[0].request.app.state
-    hub: wakeups.Hub = state.wakeups
-    answers: list[tuple[list[WorkItem], bool] | AppError] = [([], False) for _ in asks]
-    promote = any(ask.promote for ask in asks)
-    committed = False
-    try:
-        claiming = _looked(asks, answers, state.single_statement_engine, hub)
-        if not claiming:
-            return answers
-        with Session(state.engine, expire_on_commit=False) as session:
-            while claiming:
-                claimed = dispatch.claim_each(session=session, claims=[(asks[n].execution_id, asks[n].limit)
-                                                                       for n in claiming],
-                                              queues=asks[claiming[0]].queues, promote=promote)
-                holding = [n for n, got in zip(claiming, claimed, strict=True)
-                           if not isinstance(got, AppError) and got.rows and asks[n].waits]
-                gone = anyio.from_thread.run(departed, [asks[n] for n in holding]) if holding else []
-                left = {holding[k] for k in gone}
-                if not left:
-                    session.commit()  # the pools' lock ends here: what follows is no claim's wait
-                    committed = True
-                    break
-                session.rollback()  # nobody is there to run what was claimed for them: again without them
-                claiming = [n for n in claiming if n not in left]
-    finally:
-        if promote and not committed:
-            hub.promotion_undone()
-    if not committed:
-        return answers
-    keyring, ttl = installation(asks[0].request).keyring, state.settings.attempt_token_ttl_seconds
-    for n, got in zip(claiming, claimed, strict=True):
-        if isinstance(got, AppError):
-            answers[n] = got
-            continue
-        items = []
-        for ti in got.rows:
-            correlation = Correlation(
-                ti_id=ti.id, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index,
-                try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=ti.tenant_id,
-                trace_id=ti.trace_id)
-            token = tokens.mint_attempt(keyring, ti, asks[n].execution_id, ttl_seconds=ttl)
-            items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
-        answers[n] = (items, asks[n].waits and got.held_back)
-    return answers
-
-
-def _looked(asks: list[Ask], answers: list[tuple[list[WorkItem], bool] | AppError], engine: Engine,
-            hub: wakeups.Hub) -> list[int]:
-    """The places in `asks` of those that may find work: told to promote, or that work is
-    likely ready, or whose look (one read, on one connection for all) found some; a look that
-    found the execution may not claim puts its refusal in `answers`. Once one look found work
-    on their queues, the others do not look (their claims check their executions)."""
-    claiming = [n for n, ask in enumerate(asks) if ask.promote or ask.ready]
-    looking = [n for n, ask in enumerate(asks) if not (ask.promote or ask.ready)]
-    if looking:
-        with engine.connect() as conn:
-            for k, n in enumerate(looking):
-                ask = asks[n]
-                try:
-                    ready = dispatch.work_ready(session=conn, execution_id=ask.execution_id, queues=ask.queues)
-                except AppError as refusal:
-                    answers[n] = refusal
-                    continue
-                if ready:
-                    claiming += looking[k:]
-                    break
-                hub.looked_empty(ask.execution_id, ask.queues, ask.seen)
-    return sorted(claiming)
-
-
-async def departed(asks: list[Ask]) -> list[int]:
-    """The places in `asks` of those whose clients have left."""
-    return [n for n, ask in enumerate(asks) if await ask.request.is_disconnected()]
 
 
 @router.post("/v1/attempts/report", responses=STALE)

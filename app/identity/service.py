@@ -14,12 +14,12 @@ from sqlalchemy import exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from app import wakeups
 from app.db.statements import upsert
 from app.db.types import utcnow
 from app.errors import AppError, conflict, not_found
 from app.identity.models import Execution, Seat
 from app.identity.schemas import AdmissionRequest, ExecutionPatch, ResumeWrite, SeatPut
+from app.orchestration import events
 from app.telemetry.metrics import execution_identity_conflicts
 
 TARGET_FIELDS = ("pod_namespace", "pod_name", "pod_uid", "server_id", "process_namespace", "pid")
@@ -118,7 +118,7 @@ def admit(
             if (replayed := _replay(session, seat, idempotency_key, fingerprint, request.swarm)) is not None:
                 return replayed, False
             raise _stale_predecessor(session, seat, request)
-        wakeups.announce_stale(session, request.previous_execution_id)
+        events.announce_stale(session, request.previous_execution_id)
         generation = predecessor_generation + 1
     target = request.runtime_target or {}
     if target.get("pod_uid") and (err := _pod_uid_reused(session, request.swarm, target["pod_uid"], execution_id)):
@@ -234,7 +234,7 @@ def update_execution(*, session: Session, execution_id: uuid.UUID, patch: Execut
             if execution.superseded_by is not None:
                 raise stale()
         elif obs.terminal:
-            wakeups.announce_stale(session, execution_id)
+            events.announce_stale(session, execution_id)
     session.refresh(execution)
     return execution
 

@@ -10,7 +10,7 @@ Each CAS is guarded on `(id, state, try_number, attempt_epoch)` as read from the
 on the rail's source states: `None` means the row moved and the caller lost the race.
 
 Every rail that makes a task instance claimable, now or at a later `next_eligible_at`,
-announces it (on its queue) in the same transaction (app/wakeups.py), so waiting claims wake
+announces it (on its queue) in the same transaction (app/orchestration/events.py), so waiting claims wake
 on commit; every move out of queued or running announces the pool slot and tenant place it
 frees.
 """
@@ -45,9 +45,9 @@ from app.db.dialect import dialect_of
 from app.db.statements import insert_ignore, one_of
 from app.db.types import UTCDateTime, utcnow
 from app.orchestration import states as s
+from app.orchestration.events import announce, announce_queues, announce_room, room_notification
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from app.orchestration.states import Rail
-from app.wakeups import announce, announce_queues, announce_room, room_notification
 
 # The tables, for the statements of the hot paths: plain Core, without the ORM's per-statement
 # bookkeeping (identity map, bulk-update evaluation), which those paths do not need.

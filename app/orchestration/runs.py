@@ -10,10 +10,10 @@ from app.db.statements import paginate
 from app.db.types import utcnow
 from app.errors import AppError, not_found
 from app.orchestration import states as s
+from app.orchestration.events import announce_queues
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.routes import RouteCheck
 from app.orchestration.schemas import RunCreate
-from app.wakeups import announce_queues
 
 
 def create_run(*, session: Session, request: RunCreate, check_routes: RouteCheck) -> tuple[DagRun, list[TaskInstance]]:

@@ -10,11 +10,11 @@ from app.db.dialect import dialect_of
 from app.db.statements import insert_ignore, upsert_columns
 from app.errors import AppError, conflict, not_found
 from app.orchestration import states as s
+from app.orchestration.events import announce_room
 from app.orchestration.models import TaskInstance
 from app.orchestration.routes import DEFAULT_POOL
 from app.routing import selection
 from app.routing.models import Pool, Tenant
-from app.wakeups import announce_room
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,13 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, event, update
 
-from app import wakeups
 from app.db.types import utcnow
+from app.execution import hub as hubs
+from app.execution.claims import Batches
+from app.execution.hub import Hub
 from app.main import create_app
+from app.orchestration.events import CHANNEL, Ready
 from app.orchestration.models import TaskInstance
-from app.wakeups import Hub
 from tests.api import Attempt, Operator, Worker, assert_problem, json_of, task
 from tests.concurrency import wait_for_lock_waits
 from tests.conftest import LiveServer, app_settings
@@ -231,7 +233,7 @@ class TestFairness:
     @pytest.mark.usefixtures("no_promotion_net")
     def test_waiters_woken_by_one_event_claim_together_in_one_transaction(self, live_server, operator):
         """Each of the four waiters gets one of the run's four tasks, and the four claims are
-        one transaction's (Hub.together): the pools are locked once, not once per waiter; and
+        one transaction's (Batches.together): the pools are locked once, not once per waiter; and
         once one waiter's look found the work, the others do not look."""
         waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(4)])
         with claim_transactions(live_server) as ended:
@@ -256,12 +258,11 @@ class TestFairness:
 
 
 def test_asks_made_together_run_once_and_each_is_answered_however_the_run_ends():
-    """Hub.together: the asks of one turn of the event loop run once, answered in order; a run
+    """Batches.together: the asks of one turn of the event loop run once, answered in order; a run
     that fails answers every ask with its error; an ask given up before its run starts is left
     out of it."""
     async def scenario() -> None:
-        together = Hub(create_engine("sqlite://"), lambda: None, claim_threads=2)
-        await together.start()
+        together = Batches(threads=2)
         runs: list[list[int]] = []
 
         def run(asks: list[int]) -> list[int]:
@@ -270,19 +271,16 @@ def test_asks_made_together_run_once_and_each_is_answered_however_the_run_ends()
 
         def fail(asks: list[int]) -> list[int]:
             raise RuntimeError("the database is away")
-        try:
-            assert await asyncio.gather(*(together.together("q", run, n) for n in range(3))) == [0, 10, 20]
-            assert runs == [[0, 1, 2]]
-            failed = await asyncio.gather(*(together.together("q", fail, n) for n in range(2)), return_exceptions=True)
-            assert [repr(error) for error in failed] == [repr(RuntimeError("the database is away"))] * 2
-            given_up = asyncio.ensure_future(together.together("q", run, 1))
-            kept = asyncio.ensure_future(together.together("q", run, 2))
-            await asyncio.sleep(0)  # both have asked; their run has not started
-            given_up.cancel()
-            assert await kept == 20
-            assert runs[-1] == [2]
-        finally:
-            await together.stop()
+        assert await asyncio.gather(*(together.together("q", run, n) for n in range(3))) == [0, 10, 20]
+        assert runs == [[0, 1, 2]]
+        failed = await asyncio.gather(*(together.together("q", fail, n) for n in range(2)), return_exceptions=True)
+        assert [repr(error) for error in failed] == [repr(RuntimeError("the database is away"))] * 2
+        given_up = asyncio.ensure_future(together.together("q", run, 1))
+        kept = asyncio.ensure_future(together.together("q", run, 2))
+        await asyncio.sleep(0)  # both have asked; their run has not started
+        given_up.cancel()
+        assert await kept == 20
+        assert runs[-1] == [2]
     asyncio.run(scenario())
 
 
@@ -290,7 +288,7 @@ def test_a_wait_ends_woken_timed_out_or_cancelled_and_a_wake_reaches_only_a_live
     """Hub.wait: a wake answers True; a wait that runs out answers False and is not woken
     later; a wait whose request is cancelled takes no wake, which goes to the next waiter."""
     async def scenario() -> None:
-        hub = Hub(create_engine("sqlite://"), lambda: None, claim_threads=1)
+        hub = Hub(create_engine("sqlite://"), lambda: None)
         await hub.start()
         try:
             woken = asyncio.ensure_future(hub.wait(5))
@@ -318,14 +316,14 @@ def test_claims_made_together_pass_a_wake_on_only_for_announced_work_they_left()
     other waiter (it would find nothing); when announced work is left, a full claim passes its
     wake on, once its turn of the event loop is over."""
     async def scenario() -> None:
-        hub = Hub(create_engine("sqlite://"), lambda: None, claim_threads=1)
+        hub = Hub(create_engine("sqlite://"), lambda: None)
         await hub.start()
         queues = frozenset({"q"})
         try:
             hub.took(0, False, queues)  # what the start's resynchronisation announced was looked for
             waits = [asyncio.ensure_future(hub.wait(5, queues)) for _ in range(3)]
             await asyncio.sleep(0)
-            hub.deliver(wakeups.Ready(count=2, queue="q"))
+            hub.deliver(Ready(count=2, queue="q"))
             assert hub.waiting == 1  # the two oldest are woken
             for _ in range(2):  # their claims, made together, each took the one it asked for
                 hub.took(1, True, queues)
@@ -334,7 +332,7 @@ def test_claims_made_together_pass_a_wake_on_only_for_announced_work_they_left()
 
             second = asyncio.ensure_future(hub.wait(5, queues))
             await asyncio.sleep(0)
-            hub.deliver(wakeups.Ready(count=3, queue="q"))  # three tasks for the two waiters: both woken
+            hub.deliver(Ready(count=3, queue="q"))  # three tasks for the two waiters: both woken
             assert hub.waiting == 0
             later = asyncio.ensure_future(hub.wait(5, queues))
             await asyncio.sleep(0)
@@ -350,10 +348,10 @@ def test_claims_made_together_pass_a_wake_on_only_for_announced_work_they_left()
 
 
 def test_long_waits_that_end_in_the_same_second_end_together_and_never_late(monkeypatch):
-    """An idle fleet's waits run out together (wakeups.wait_ends): two long waits begun 0.2 s
+    """An idle fleet's waits run out together (hubs.wait_ends): two long waits begun 0.2 s
     apart, whose ends fall in the same second, answer in the same turn of the event loop, on that
     second, neither after its time nor more than a second before it. A short wait keeps its time."""
-    monkeypatch.setattr(wakeups, "ALIGNED_FROM_SECONDS", 1.0)  # as a 10-30 s wait, in a test's time
+    monkeypatch.setattr(hubs, "ALIGNED_FROM_SECONDS", 1.0)  # as a 10-30 s wait, in a test's time
 
     async def nothing() -> tuple[list[int], bool]:
         return [], False
@@ -362,14 +360,14 @@ def test_long_waits_that_end_in_the_same_second_end_together_and_never_late(monk
         return False
 
     async def scenario() -> None:
-        hub = Hub(create_engine("sqlite://"), lambda: None, claim_threads=1)
+        hub = Hub(create_engine("sqlite://"), lambda: None)
         await hub.start()
         loop = asyncio.get_running_loop()
         ended: list[tuple[float, float]] = []
 
         async def wait(seconds: float) -> None:
             asked = loop.time() + seconds
-            assert await wakeups.wait_for_work(hub, nothing, limit=1, seconds=seconds, gone=still_there) == []
+            assert await hubs.wait_for_work(hub, nothing, limit=1, seconds=seconds, gone=still_there) == []
             ended.append((asked, loop.time()))
         try:
             await asyncio.sleep(1.05 - loop.time() % 1)  # just after a whole second: both ends in the next
@@ -381,7 +379,7 @@ def test_long_waits_that_end_in_the_same_second_end_together_and_never_late(monk
             for asked, end in ended:
                 assert math.floor(asked) <= end < min(asked, math.floor(asked) + 0.2)  # on the second before
             asked = loop.time() + 0.5
-            await wakeups.wait_for_work(hub, nothing, limit=1, seconds=0.5, gone=still_there)
+            await hubs.wait_for_work(hub, nothing, limit=1, seconds=0.5, gone=still_there)
             assert loop.time() >= asked - 0.005  # below ALIGNED_FROM_SECONDS: its own time
         finally:
             await hub.stop()
@@ -451,7 +449,7 @@ class TestGoneClient:
 def no_promotion_net(monkeypatch):
     """Claims take the time-driven rails only when told something may be due, not every second
     as well: such a claim would find work (or refuse a stale execution) whatever was heard."""
-    monkeypatch.setattr(wakeups, "PROMOTION_EVERY_SECONDS", 3600.0)
+    monkeypatch.setattr(hubs, "PROMOTION_EVERY_SECONDS", 3600.0)
 
 
 def found_nothing(server: LiveServer, worker: Worker) -> None:
@@ -465,7 +463,7 @@ def found_nothing(server: LiveServer, worker: Worker) -> None:
 @pytest.mark.usefixtures("no_promotion_net")
 class TestWhatWasHeard:
     """A waiting claim whose last look found nothing may spare its next look while nothing was
-    heard since (app/wakeups.py, Hub.quiet). Whatever was heard meanwhile makes it look again."""
+    heard since (app/execution/hub.py, Hub.quiet). Whatever was heard meanwhile makes it look again."""
 
     def test_work_made_ready_between_two_waiting_claims_is_found_by_the_second(self, live_server, operator):
         worker = Worker(operator)
@@ -497,7 +495,7 @@ class TestWhatWasHeard:
                                                                           monkeypatch):
         """A rail that made work ready without telling (or an event this process missed) is
         found by the first claim after QUIET_FOR_SECONDS, not only at some later event."""
-        monkeypatch.setattr(wakeups, "QUIET_FOR_SECONDS", 0.5)
+        monkeypatch.setattr(hubs, "QUIET_FOR_SECONDS", 0.5)
         ti_id = operator.create_run(task("t"))["task_instances"][0]["ti_id"]
         Worker(operator, "worker-2").claim_one()
         worker = Worker(operator)
@@ -539,7 +537,7 @@ def test_a_listener_whose_connection_is_lost_listens_again_and_wakes_waiting_cla
         with engine.connect() as conn:
             return list(conn.exec_driver_sql(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                f" AND query = 'LISTEN {wakeups.CHANNEL}'").scalars())
+                f" AND query = 'LISTEN {CHANNEL}'").scalars())
 
     (lost,) = wait_until(lambda: hub(live_server).hearing and listening(), "the server to listen")
     with engine.connect() as conn:
