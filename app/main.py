@@ -26,7 +26,7 @@ from app.logs import stores
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
 from app.ops.health import router as operations_router
-from app.orchestration.rails import next_eligible_at
+from app.orchestration.promotion import next_eligible_at
 from app.orchestration.router import router as orchestration_router
 from app.routing.router import router as routing_router
 from app.telemetry import metrics, tracing

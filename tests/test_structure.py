@@ -50,7 +50,8 @@ def source(module: str) -> str:
 ROUTERS = {m for m in MODULES if "Router(" in source(m) and m != "app.web.routes"}
 SERVICES = {m for m in MODULES if m.endswith(".service")} | {
     f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history")
-} | {"app.orchestration.rails", "app.orchestration.runs", "app.admin.snapshot"}
+} | {f"app.orchestration.{n}" for n in ("cas", "outcomes", "operator", "promotion", "readiness", "runs")} | {
+    "app.admin.snapshot"}
 
 
 def test_orchestration_never_looks_at_workers_or_presentation():
@@ -113,3 +114,4 @@ def test_every_router_hops_to_a_thread_once_per_request():
     for module in ROUTERS:
         assert "APIRouter(" not in source(module), f"{module}: FastAPI's APIRouter, not app.web.routes.Router"
         assert "app.web.routes" in imports(module), f"{module} does not build its routers with Router"
+

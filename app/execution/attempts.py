@@ -13,7 +13,7 @@ from app.db import insert_ignore, utcnow
 from app.execution.key import AttemptKey
 from app.execution.models import TaskAttempt
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Outcome
+from app.orchestration.outcomes import Outcome
 from app.orchestration.states import AttemptState
 
 OUTCOME_KIND = {"success": "success", "failed": "app", "unexecutable": "infra", "rescheduled": "rescheduled"}

@@ -29,8 +29,10 @@ from app.execution.key import AttemptKey
 from app.identity.models import Execution
 from app.logs.retention import Retention
 from app.orchestration import states as s
+from app.orchestration.cas import from_sources, lock_run
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Backoff, Outcome, apply_outcome, from_sources, lock_run, promote_eligible
+from app.orchestration.outcomes import Backoff, Outcome, apply_outcome
+from app.orchestration.promotion import promote_eligible
 from app.telemetry.metrics import reaper_marks, reaper_sweep_duration
 
 log = logging.getLogger("fenceline.reapers")

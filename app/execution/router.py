@@ -32,7 +32,7 @@ from app.execution.schemas import (
 from app.logs.retention import Retention
 from app.orchestration import runs
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Backoff
+from app.orchestration.outcomes import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
 from app.telemetry import metrics, tracing
 from app.web.deps import SessionDep, SingleStatementDep, StoreDep, commit
