@@ -5,8 +5,10 @@ rail the retry policy chooses (apply_outcome); a finished try is archived once a
 judged for the run (app/orchestration/readiness.py). A success reported by the attempt in
 flight, the hot path, is one guarded statement (settle_success) that on PostgreSQL also archives
 the try (docs/performance.md: with the attempt record that rides along, a success went from six
-database round trips to four). Every move to a
-state claimable at a later `next_eligible_at` announces it in the same transaction.
+database round trips to four); both archive statements write the same columns (archived), and
+tests/orchestration/test_success_paths.py holds the two success paths to the same rows on both
+databases. Every move to a state claimable at a later `next_eligible_at` announces it in the
+same transaction.
 """
 
 import random
@@ -25,7 +27,7 @@ from app.db import UTCDateTime, insert_ignore, is_postgres, utcnow
 from app.orchestration import states as s
 from app.orchestration.cas import HISTORY, NEW_EXECUTION, TI, cas, from_sources, lock_run, moved_to
 from app.orchestration.models import TaskInstance, TaskInstanceHistory
-from app.orchestration.readiness import SETTLE_RUN, ready_downstream, refresh_run
+from app.orchestration.readiness import ready_downstream, refresh_run, settle_run
 from app.orchestration.states import Rail
 from app.wakeups import announce, announce_room, room_notification
 
@@ -55,19 +57,22 @@ class Backoff:
         return timedelta(seconds=ceiling * random.uniform(0.5, 1.0))
 
 
-# What a try's archive copies of the row as it is, beside its key and the state it archives
-# (archive_try; on PostgreSQL also the success rail's statement).
+# What a try's archive copies of the row as it is, beside its key and the state it archives.
 ARCHIVED = ("infra_attempts", "last_failure_kind", "last_failure_reason", "execution_id", "queued_at", "started_at",
             "ended_at")
 ARCHIVE_KEY = ("task_instance_id", "try_number")  # a try is archived once
 
 
+def archived(row: Any, archive_id: Any, state: Any) -> dict[str, Any]:
+    """The archive of the try `row` is on (a task instance, a returned row, or the columns of
+    the success rail's moved row), column by column: what both archive statements write."""
+    return {"id": archive_id, "task_instance_id": row.id, "try_number": row.try_number,
+            "attempt_epoch": row.attempt_epoch, "state": state, **{name: getattr(row, name) for name in ARCHIVED}}
+
+
 def archive_try(session: Session, ti: TaskInstance | Row, state: str) -> None:
     """Record a finished try once; a second archive of the same try does nothing."""
-    insert_ignore(session, TaskInstanceHistory, {
-        "id": uuid.uuid4(), "task_instance_id": ti.id, "try_number": ti.try_number,
-        "attempt_epoch": ti.attempt_epoch, "state": state, **{name: getattr(ti, name) for name in ARCHIVED},
-    }, [*ARCHIVE_KEY])
+    insert_ignore(session, TaskInstanceHistory, archived(ti, uuid.uuid4(), state), [*ARCHIVE_KEY])
 
 
 def settled(session: Session, ti: TaskInstance | None, archived_state: str | None,
@@ -171,12 +176,10 @@ def _settling_success(postgres: bool, alongside: Alongside | None) -> Executable
     if not postgres:
         return settle
     moved = settle.cte("settled")
-    archiving = (postgresql.insert(HISTORY).from_select(
-        ["id", "task_instance_id", "try_number", "attempt_epoch", "state", *ARCHIVED],
-        select(bindparam("archive_id", type_=HISTORY.c.id.type), moved.c.id, moved.c.try_number,
-               moved.c.attempt_epoch, literal(s.SUCCESS, HISTORY.c.state.type),
-               *(moved.c[name] for name in ARCHIVED)))
-        .on_conflict_do_nothing(index_elements=ARCHIVE_KEY).cte("archived"))
+    archive = archived(moved.c, bindparam("archive_id", type_=HISTORY.c.id.type),
+                       literal(s.SUCCESS, HISTORY.c.state.type))
+    archiving = (postgresql.insert(HISTORY).from_select(list(archive), select(*archive.values()))
+                 .on_conflict_do_nothing(index_elements=ARCHIVE_KEY).cte("archived"))
     done = exists(select(alongside(moved).c.id)) if alongside is not None else literal(False)
     return select(moved, done.label("alongside_done")).add_cte(archiving)
 
@@ -201,5 +204,5 @@ def settle_success(*, session: Session, ti_id: uuid.UUID, try_number: int, attem
         if moved.has_downstream:
             ready_downstream(session, moved.dag_run_id, moved.task_id, now)
         elif not moved.others_unfinished:
-            session.execute(SETTLE_RUN, {"run": moved.dag_run_id, "now": now})
+            settle_run(session, moved.dag_run_id, now)
     return moved

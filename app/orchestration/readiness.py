@@ -1,15 +1,17 @@
-"""Readiness and the run's state, judged under the run's lock.
+"""Readiness and the run's state, judged under the run's lock: one predicate, one settlement.
 
-After a task instance finished (or was cleared), `refresh_run` judges every waiting task
-instance of the run (propagating upstream_failed down the graph) and settles the run's state;
-on the success hot path `ready_downstream` judges only the succeeded task's waiting downstream
-(docs/performance.md: no read of every task instance of the run) and settles the run by one
-statement (SETTLE_RUN), falling back to `refresh_run` when a failure is yet to propagate. Every
-rail that makes a task instance claimable announces it (on its queue) in the same transaction
-(app/wakeups.py), so waiting claims wake on commit.
+`judge` says which readiness rail a waiting task instance takes from its upstreams' states;
+`refresh_run` applies it to the whole run (after a failure, a clear or a mark, propagating
+upstream_failed down the graph) and `ready_downstream`, on the success hot path, only to the
+succeeded task's waiting downstream (docs/performance.md: no read of every task instance of
+the run), falling back to `refresh_run` when a failure is yet to propagate. Either way the
+rows move by the READY and UPSTREAM_FAIL rails' statements and the run's state is settled by
+one statement, SETTLE_RUN. Every rail that makes a task instance claimable announces it (on
+its queue) in the same transaction (app/wakeups.py), so waiting claims wake on commit.
 """
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import bindparam, case, exists, null, select, update
@@ -18,16 +20,29 @@ from sqlmodel import Session
 from app.db import UTCDateTime
 from app.orchestration import states as s
 from app.orchestration.cas import RUNS, TI, from_sources, lock_run, moved_to
-from app.orchestration.models import DagRun, TaskInstance
+from app.orchestration.models import TaskInstance
+from app.orchestration.states import Rail
 from app.wakeups import announce_queues
 
-# The success path's statements, built once with bound values (building one cost more than
-# running it).
+
+def judge(upstream: Sequence[str]) -> Rail | None:
+    """The readiness rail of a waiting task instance whose upstreams are in the states
+    `upstream`: upstream_fail if one of them failed, else ready if all succeeded (or there are
+    none), else None: it waits."""
+    if any(st in s.FAILED_STATES for st in upstream):
+        return s.UPSTREAM_FAIL
+    if all(st == s.SUCCESS for st in upstream):
+        return s.READY
+    return None
+
+
+# The statements, built once with bound values (building one cost more than running it).
 WAITING = select(TI.c.id, TI.c.upstream_task_ids).where(TI.c.dag_run_id == bindparam("run"), TI.c.state == s.NONE)
 UPSTREAM_STATES = select(TI.c.task_id, TI.c.state).where(TI.c.dag_run_id == bindparam("run"),
                                                          TI.c.task_id.in_(bindparam("tasks", expanding=True)))
-MAKE_READY = (update(TI).where(TI.c.id.in_(bindparam("ids", expanding=True)), from_sources(s.READY))
-              .values(**moved_to(s.READY, bindparam("now", type_=UTCDateTime()))).returning(TI.c.queue))
+MOVES = {rail: update(TI).where(TI.c.id.in_(bindparam("ids", expanding=True)), from_sources(rail))
+         .values(**moved_to(rail, bindparam("now", type_=UTCDateTime()))).returning(TI.c.queue)
+         for rail in (s.READY, s.UPSTREAM_FAIL)}
 _OF_RUN = TI.c.dag_run_id == bindparam("run")
 _UNFINISHED, _UNSUCCESSFUL = exists().where(_OF_RUN, TI.c.state.not_in(s.FINISHED)), \
     exists().where(_OF_RUN, TI.c.state != s.SUCCESS)
@@ -35,6 +50,18 @@ SETTLE_RUN = update(RUNS).where(RUNS.c.id == bindparam("run")).values(
     state=case((_UNFINISHED, "running"), (_UNSUCCESSFUL, s.FAILED), else_=s.SUCCESS),
     ended_at=case((_UNFINISHED, null()), else_=bindparam("now", type_=UTCDateTime())),
     updated_at=bindparam("now", type_=UTCDateTime()))
+
+
+def settle_run(session: Session, dag_run_id: uuid.UUID, now: datetime) -> None:
+    """The run's state from its task instances': running while one is unfinished, else
+    success if all succeeded, else failed (and then ended now)."""
+    session.execute(SETTLE_RUN, {"run": dag_run_id, "now": now})
+
+
+def _move(session: Session, rail: Rail, ids: list[uuid.UUID], now: datetime) -> None:
+    queues = session.execute(MOVES[rail], {"ids": ids, "now": now}).scalars().all()
+    if rail is s.READY:
+        announce_queues(session, queues)
 
 
 def ready_downstream(session: Session, dag_run_id: uuid.UUID, task_id: str, now: datetime) -> None:
@@ -52,15 +79,15 @@ def ready_downstream(session: Session, dag_run_id: uuid.UUID, task_id: str, now:
             upstream_states.setdefault(row.task_id, []).append(row.state)
         ready = []
         for row in downstream:
-            upstream = [st for task in row.upstream_task_ids for st in upstream_states.get(task, [])]
-            if any(st in s.FAILED_STATES for st in upstream):
+            rail = judge([st for task in row.upstream_task_ids for st in upstream_states.get(task, [])])
+            if rail is s.UPSTREAM_FAIL:
                 refresh_run(session, dag_run_id, now)
                 return
-            if all(st == s.SUCCESS for st in upstream):
+            if rail is s.READY:
                 ready.append(row.id)
         if ready:
-            announce_queues(session, session.execute(MAKE_READY, {"ids": ready, "now": now}).scalars().all())
-    session.execute(SETTLE_RUN, {"run": dag_run_id, "now": now})
+            _move(session, s.READY, ready, now)
+    settle_run(session, dag_run_id, now)
 
 
 def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reopen: bool = False) -> None:
@@ -91,23 +118,11 @@ def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reope
         for row in rows:
             if state[row.id] != s.NONE:
                 continue
-            upstream = [state[u] for task in row.upstream_task_ids for u in by_task.get(task, [])]
-            if any(st in s.FAILED_STATES for st in upstream):
-                state[row.id], changed = s.UPSTREAM_FAILED, True
-            elif all(st == s.SUCCESS for st in upstream):
-                state[row.id], changed = s.SCHEDULED, True
-    for rail in (s.READY, s.UPSTREAM_FAIL):
+            rail = judge([state[u] for task in row.upstream_task_ids for u in by_task.get(task, [])])
+            if rail is not None:
+                state[row.id], changed = rail.target, True
+    for rail in MOVES:
         moved = [ti_id for ti_id, st in state.items() if st == rail.target and stored[ti_id] != rail.target]
         if moved:
-            queues = session.execute(update(TI).where(TI.c.id.in_(moved), from_sources(rail))
-                                     .values(**moved_to(rail, now)).returning(TI.c.queue)).scalars().all()
-            if rail is s.READY:
-                announce_queues(session, queues)
-    finals = set(state.values())
-    if finals <= set(s.FINISHED):
-        run_state, ended = (s.SUCCESS if finals == {s.SUCCESS} else s.FAILED), now
-    else:
-        run_state, ended = "running", None
-    session.execute(update(DagRun).where(DagRun.id == dag_run_id)
-                    .values(state=run_state, ended_at=ended, updated_at=now)
-                    .execution_options(synchronize_session=False))
+            _move(session, rail, moved, now)
+    settle_run(session, dag_run_id, now)
