@@ -26,6 +26,7 @@ from app.logs import stores
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
 from app.ops.health import router as operations_router
+from app.orchestration.outcomes import Backoff
 from app.orchestration.promotion import next_eligible_at
 from app.orchestration.router import router as orchestration_router
 from app.routing.router import router as routing_router
@@ -63,7 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if store_note is not None:
             say(store_note)
         retention = Retention.from_settings(settings, app.state.log_store)
-        reaper = ReaperThread(app.state.engine, settings, retention) if settings.reaper_interval_seconds > 0 else None
+        reaper = (ReaperThread(app.state.engine, settings, app.state.backoff, retention)
+                  if settings.reaper_interval_seconds > 0 else None)
         if reaper is not None:
             reaper.start()
         await app.state.wakeups.start()
@@ -86,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         servers=[{"url": settings.public_url, "description": "this server, as its operators reach it"}],
     )
     app.state.settings = settings
+    app.state.backoff = Backoff.from_settings(settings)  # the retry policy: routes and the reaper hand it on
     app.state.engine = make_engine(settings.resolved_database_url, pool_size=settings.database_pool_size,
                                    max_overflow=settings.database_max_overflow,
                                    pool_timeout=settings.database_pool_timeout_seconds)

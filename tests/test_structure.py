@@ -115,3 +115,11 @@ def test_every_router_hops_to_a_thread_once_per_request():
         assert "APIRouter(" not in source(module), f"{module}: FastAPI's APIRouter, not app.web.routes.Router"
         assert "app.web.routes" in imports(module), f"{module} does not build its routers with Router"
 
+
+def test_the_retry_policy_is_built_in_orchestration_once():
+    """The application builds the retry policy at its start with orchestration's constructor and
+    hands it down; execution passes on what it was given (the worker's own Backoff is not it)."""
+    assert [m for m in MODULES if "Backoff.from_settings(" in source(m)] == ["app.main"]
+    for module in MODULES:
+        if not module.startswith(("app.orchestration", "app.worker")):
+            assert "Backoff(" not in source(module), f"{module} builds a retry policy"

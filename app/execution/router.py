@@ -44,7 +44,8 @@ STALE = refusals(StaleReport)
 
 
 def backoff(request: Request) -> Backoff:
-    return Backoff.from_settings(request.app.state.settings)
+    """The retry policy the application built at its start (app/main.py)."""
+    return request.app.state.backoff
 
 
 def status(ti: TaskInstance) -> AttemptStatus:

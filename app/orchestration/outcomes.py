@@ -7,8 +7,9 @@ flight, the hot path, is one guarded statement (settle_success) that on PostgreS
 the try (docs/performance.md: with the attempt record that rides along, a success went from six
 database round trips to four); both archive statements write the same columns (archived), and
 tests/orchestration/test_success_paths.py holds the two success paths to the same rows on both
-databases. Every move to a state claimable at a later `next_eligible_at` announces it in the
-same transaction.
+databases. The retry policy (Backoff) is built once from the settings at the application's
+start and handed down to the rails. Every move to a state claimable at a later
+`next_eligible_at` announces it in the same transaction.
 """
 
 import random
@@ -50,6 +51,7 @@ class Backoff:
 
     @classmethod
     def from_settings(cls, settings: Any) -> "Backoff":
+        """The settings' retry policy: built once, at the application's start (app/main.py)."""
         return cls(settings.infra_backoff_base_seconds, settings.infra_backoff_cap_seconds)
 
     def delay(self, infra_attempts: int) -> timedelta:
