@@ -30,7 +30,8 @@ from app.logs.deps import install_fault_handler
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
 from app.ops import health
-from app.orchestration.rails import next_eligible_at
+from app.orchestration.outcomes import Backoff
+from app.orchestration.promotion import next_eligible_at
 from app.orchestration.router import router as orchestration_router
 from app.routing.router import router as routing_router
 from app.routing.service import check_routes
@@ -68,7 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             say(store_note)
         reaper = None
         if settings.reaper_interval_seconds > 0:
-            reaper = ReaperThread(app.state.engine, settings, app.state.retention)
+            reaper = ReaperThread(app.state.engine, settings, app.state.backoff, app.state.retention)
             reaper.start()
         await app.state.wakeups.start()
         yield
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         servers=[{"url": settings.public_url, "description": "this server, as its operators reach it"}],
     )
     app.state.settings = settings
+    app.state.backoff = Backoff.from_settings(settings)  # the retry policy: routes and the reaper hand it on
     app.state.engine = make_engine(settings.resolved_database_url, pool_size=settings.database_pool_size,
                                    max_overflow=settings.database_max_overflow,
                                    pool_timeout=settings.database_pool_timeout_seconds)

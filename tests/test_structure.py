@@ -135,7 +135,8 @@ ROUTERS = {m for m in MODULES if "Router(" in source(m) and m != "app.web.routes
 SERVICES = {m for m in MODULES if m.endswith(".service")} | {
     f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history",
                                    "claims", "hub", "listener")
-} | {"app.orchestration.rails", "app.orchestration.runs", "app.orchestration.events", "app.admin.snapshot"}
+} | {f"app.orchestration.{n}" for n in ("cas", "outcomes", "operator", "promotion", "readiness", "runs", "events")} | {
+    "app.admin.snapshot"}
 
 
 def test_orchestration_never_looks_at_workers_or_presentation():
@@ -207,3 +208,12 @@ def test_the_claim_route_translates_http_and_the_claim_lives_in_execution():
     assert body[-1].end_lineno - body[0].lineno + 1 <= 20
     homes = {m for m in MODULES if "def claim_now(" in source(m)}
     assert homes == {"app.execution.claims"}
+
+
+def test_the_retry_policy_is_built_in_orchestration_once():
+    """The application builds the retry policy at its start with orchestration's constructor and
+    hands it down; execution passes on what it was given (the worker's own Backoff is not it)."""
+    assert [m for m in MODULES if "Backoff.from_settings(" in source(m)] == ["app.main"]
+    for module in MODULES:
+        if not module.startswith(("app.orchestration", "app.worker")):
+            assert "Backoff(" not in source(module), f"{module} builds a retry policy"

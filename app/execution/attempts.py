@@ -14,7 +14,7 @@ from app.db.statements import insert_ignore
 from app.db.types import utcnow
 from app.execution.models import TaskAttempt
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Outcome
+from app.orchestration.outcomes import Outcome
 from app.orchestration.states import AttemptState
 
 OUTCOME_KIND = {"success": "success", "failed": "app", "unexecutable": "infra", "rescheduled": "rescheduled"}

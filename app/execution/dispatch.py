@@ -16,7 +16,8 @@ from app.errors import AppError
 from app.execution.attempts import open_attempts, opening
 from app.identity.models import Execution
 from app.orchestration import states as s
-from app.orchestration.rails import NEW_EXECUTION, RUNS, TI, from_sources, moved_to, promote_eligible
+from app.orchestration.cas import NEW_EXECUTION, RUNS, TI, from_sources, moved_to
+from app.orchestration.promotion import promote_eligible
 from app.orchestration.routes import DEFAULT_QUEUE
 from app.routing import selection
 

@@ -23,17 +23,9 @@ from app.errors import AppError, unauthorized
 from app.execution.attempts import ATTEMPTS, OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
 from app.execution.schemas import Report
 from app.orchestration import states as s
+from app.orchestration.cas import TI, from_sources, lock_run_of
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import (
-    TI,
-    Backoff,
-    Outcome,
-    apply_outcome,
-    from_sources,
-    lock_run_of,
-    requeue,
-    settle_success,
-)
+from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, requeue, settle_success
 from app.orchestration.states import AttemptState
 
 # What the fence reads of a row and answers: the attempt's identity and state, and the names

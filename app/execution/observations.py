@@ -15,7 +15,7 @@ from app.execution import fence
 from app.execution.attempts import find_attempt, update_attempt
 from app.execution.schemas import ObservationIn, Report
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Backoff
+from app.orchestration.outcomes import Backoff
 from app.orchestration.runs import get_task_instance
 
 

@@ -8,7 +8,7 @@ from sqlmodel import Session
 from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.execution.attempts import update_attempt
-from app.orchestration import rails
+from app.orchestration import operator
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.runs import run_task_instances
@@ -21,9 +21,9 @@ def _fenced(ti: TaskInstance) -> AttemptKey | None:
 
 
 def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR) -> TaskInstance | None:
-    """rails.clear; an in-flight attempt's record ends as `cleared`."""
+    """orchestration.operator.clear; an in-flight attempt's record ends as `cleared`."""
     fenced = _fenced(ti)
-    cleared = rails.clear(session=session, ti=ti, rail=rail)
+    cleared = operator.clear(session=session, ti=ti, rail=rail)
     if cleared is not None and fenced:
         update_attempt(session, fenced, state=AttemptState.CLEARED, reason="cleared by an operator",
                        ended_at=utcnow())
@@ -31,9 +31,9 @@ def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR) -> TaskIn
 
 
 def mark(*, session: Session, ti: TaskInstance, state: s.State) -> TaskInstance | None:
-    """rails.mark; an in-flight attempt's record ends as `marked_success` or `marked_failed`."""
+    """orchestration.operator.mark; an in-flight attempt's record ends as `marked_success` or `marked_failed`."""
     fenced = _fenced(ti)
-    marked = rails.mark(session=session, ti=ti, state=state)
+    marked = operator.mark(session=session, ti=ti, state=state)
     if marked is not None and fenced:
         update_attempt(session, fenced, state=AttemptState(f"marked_{state}"),
                        reason=f"marked {state} by an operator", ended_at=utcnow())

@@ -30,8 +30,10 @@ from app.db.types import utcnow
 from app.execution.attempts import close_attempt
 from app.identity.models import Execution
 from app.orchestration import states as s
+from app.orchestration.cas import from_sources, lock_run
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Backoff, Outcome, apply_outcome, from_sources, lock_run, promote_eligible
+from app.orchestration.outcomes import Backoff, Outcome, apply_outcome
+from app.orchestration.promotion import promote_eligible
 from app.telemetry.metrics import reaper_marks, reaper_sweep_duration
 
 log = logging.getLogger("fenceline.reapers")
@@ -143,10 +145,12 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
 
 
 class ReaperThread:
-    """The periodic sweep of one replica, on its own thread and sessions."""
+    """The periodic sweep of one replica, on its own thread and sessions, re-placing on the
+    retry policy the application built at its start (`backoff`)."""
 
-    def __init__(self, engine: Engine, settings: Settings, retention: Sweeping | None = None) -> None:
-        self.engine, self.settings, self.retention = engine, settings, retention
+    def __init__(self, engine: Engine, settings: Settings, backoff: Backoff,
+                 retention: Sweeping | None = None) -> None:
+        self.engine, self.settings, self.backoff, self.retention = engine, settings, backoff, retention
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="fenceline-reaper", daemon=True)
 
@@ -159,14 +163,14 @@ class ReaperThread:
 
     def _run(self) -> None:
         thresholds = Thresholds.from_settings(self.settings)
-        backoff = Backoff.from_settings(self.settings)
         leader: Connection | None = None  # PostgreSQL: the connection holding the leader lock
         while not self.stop_event.wait(self.settings.reaper_interval_seconds):
             try:
                 if not dialect_of(self.engine).one_writer and (leader := self._lead(leader)) is None:
                     continue  # another process sweeps
                 with Session(self.engine) as session:
-                    marked = sweep(session=session, thresholds=thresholds, backoff=backoff, retention=self.retention)
+                    marked = sweep(session=session, thresholds=thresholds, backoff=self.backoff,
+                                   retention=self.retention)
                     session.commit()
                 if marked:
                     log.info("reaper marked %s", marked)

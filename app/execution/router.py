@@ -24,7 +24,7 @@ from app.execution.schemas import (
 )
 from app.orchestration import runs
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Backoff
+from app.orchestration.outcomes import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
 from app.telemetry import metrics
 from app.web.deps import SessionDep, SingleStatementDep, commit
@@ -36,7 +36,8 @@ STALE = refusals(StaleReport)
 
 
 def backoff(request: Request) -> Backoff:
-    return Backoff.from_settings(request.app.state.settings)
+    """The retry policy the application built at its start (app/main.py)."""
+    return request.app.state.backoff
 
 
 def status(ti: TaskInstance) -> AttemptStatus:

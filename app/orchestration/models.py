@@ -59,7 +59,7 @@ class TaskInstance(SQLModel, table=True):
         Index("ix_task_instances_ready", "queue", "pool", text("coalesce(tenant_id, '')"),
               text("priority_weight DESC"), "updated_at", "id", **_partial(TI_READY_STATE)),
         Index("ix_task_instances_in_flight", "pool", **_partial(*TI_IN_FLIGHT_STATES)),
-        # Readiness after a success reads a run's waiting rows (rails.ready_downstream).
+        # Readiness after a success reads a run's waiting rows (readiness.ready_downstream).
         Index("ix_task_instances_dag_run_id_state", "dag_run_id", "state"),
     )
 
@@ -73,7 +73,7 @@ class TaskInstance(SQLModel, table=True):
     payload: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSONType, nullable=False))
     upstream_task_ids: list[str] = Field(default_factory=list, sa_column=Column(JSONType, nullable=False))
     # Whether a task of the run names this one upstream: a success without downstream has no
-    # readiness to judge (rails.settle_success).
+    # readiness to judge (outcomes.settle_success).
     has_downstream: bool = Field(default=True, sa_column_kwargs={"server_default": text("true")})
     retries: int = Field(default=0)
     retry_delay_seconds: float = Field(default=0)

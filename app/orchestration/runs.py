@@ -1,4 +1,4 @@
-"""DAG runs and task instances: creation and reads (readiness is a rail: rails.refresh_run)."""
+"""DAG runs and task instances: creation and reads (readiness is a rail: readiness.refresh_run)."""
 
 import uuid
 

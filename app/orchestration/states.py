@@ -1,7 +1,7 @@
 """States, and the rail table: every transition a task instance can make, as data.
 
 Each rail names the states it may move a task instance from and the state it moves it to.
-The rails' guarded UPDATEs take their `state IN sources` from this table (rails.cas), so a
+The rails' guarded UPDATEs take their `state IN sources` from this table (cas.cas), so a
 rail cannot move a row out of a state it was not declared for, whatever its caller read.
 """
 

@@ -10,7 +10,7 @@ from sqlmodel import Session
 from app.db.types import utcnow
 from app.execution import reapers
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Backoff
+from app.orchestration.outcomes import Backoff
 from tests.api import Worker, assert_problem, assert_stale, task, ti_ids
 
 

@@ -12,7 +12,7 @@ from sqlmodel import Session
 from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.execution import reapers
-from app.orchestration.rails import Backoff
+from app.orchestration.outcomes import Backoff
 from tests.api import Worker, assert_stale, task
 from tests.concurrency import wait_for_lock_waits
 

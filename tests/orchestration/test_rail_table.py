@@ -17,10 +17,12 @@ from app.db.types import utcnow
 from app.errors import AppError
 from app.execution import dispatch, fence, operator, reapers
 from app.execution.schemas import Report
-from app.orchestration import rails
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
-from app.orchestration.rails import Backoff, Outcome, apply_outcome
+from app.orchestration.operator import clear, mark
+from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, requeue
+from app.orchestration.promotion import promote
+from app.orchestration.readiness import refresh_run
 from tests.api import Worker, task, ti_ids
 
 NO_BACKOFF = Backoff(0, 0)
@@ -48,11 +50,11 @@ def reaper_mark(reason: str) -> Callable[[Session, TaskInstance, Case], Any]:
 
 
 def promotion(rail: s.Rail) -> Callable[[Session, TaskInstance, Case], Any]:
-    return lambda session, ti, case: rails.promote(session=session, rail=rail, now=utcnow(), skip_locked=False)
+    return lambda session, ti, case: promote(session=session, rail=rail, now=utcnow(), skip_locked=False)
 
 
 def refresh(reopen: bool = False) -> Callable[[Session, TaskInstance, Case], Any]:
-    return lambda session, ti, case: rails.refresh_run(session, case.dag_run_id, utcnow(), reopen=reopen)
+    return lambda session, ti, case: refresh_run(session, case.dag_run_id, utcnow(), reopen=reopen)
 
 
 # rail -> (the task it acts on: "a" stands alone, "t" waits on "up"; the state "up" is put in;
@@ -62,7 +64,7 @@ SPECS: dict[str, tuple[str, str, dict[str, Any], Callable[[Session, TaskInstance
         session=session, execution_id=case.execution_id, limit=10), s.QUEUED),
     "start": ("a", s.RUNNING, {}, lambda session, ti, case: fence.report(
         session=session, key=AttemptKey.of(ti), body=Report(state="running"), backoff=NO_BACKOFF), s.RUNNING),
-    "requeue": ("a", s.RUNNING, {}, lambda session, ti, case: rails.requeue(session=session, ti=ti), s.SCHEDULED),
+    "requeue": ("a", s.RUNNING, {}, lambda session, ti, case: requeue(session=session, ti=ti), s.SCHEDULED),
     "succeed": ("a", s.RUNNING, {}, outcome("success"), s.SUCCESS),
     "fail_for_retry": ("a", s.RUNNING, {"max_tries": 1}, outcome("failed"), s.UP_FOR_RETRY),
     "fail": ("a", s.RUNNING, {"max_tries": 0}, outcome("failed"), s.FAILED),
@@ -78,12 +80,12 @@ SPECS: dict[str, tuple[str, str, dict[str, Any], Callable[[Session, TaskInstance
     "ready": ("t", s.SUCCESS, {}, refresh(), s.SCHEDULED),
     "upstream_fail": ("t", s.FAILED, {}, refresh(), s.UPSTREAM_FAILED),
     "reopen": ("t", s.RUNNING, {}, refresh(reopen=True), s.NONE),
-    "clear": ("t", s.RUNNING, {}, lambda session, ti, case: rails.clear(session=session, ti=ti), s.NONE),
+    "clear": ("t", s.RUNNING, {}, lambda session, ti, case: clear(session=session, ti=ti), s.NONE),
     "clear_failed": ("t", s.RUNNING, {}, lambda session, ti, case: operator.clear_failed(
         session=session, dag_run_id=case.dag_run_id), s.NONE),
-    "mark_success": ("a", s.RUNNING, {}, lambda session, ti, case: rails.mark(session=session, ti=ti, state=s.SUCCESS),
+    "mark_success": ("a", s.RUNNING, {}, lambda session, ti, case: mark(session=session, ti=ti, state=s.SUCCESS),
                      s.SUCCESS),
-    "mark_failed": ("a", s.RUNNING, {}, lambda session, ti, case: rails.mark(session=session, ti=ti, state=s.FAILED),
+    "mark_failed": ("a", s.RUNNING, {}, lambda session, ti, case: mark(session=session, ti=ti, state=s.FAILED),
                     s.FAILED),
     "agent_lost": ("a", s.RUNNING, {"max_infra_attempts": 3}, reaper_mark("agent_lost"), s.SCHEDULED),
     "dispatch_lost": ("a", s.RUNNING, {"max_infra_attempts": 3}, reaper_mark("dispatch_lost"), s.SCHEDULED),

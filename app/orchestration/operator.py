@@ -1,0 +1,60 @@
+"""The operator rails: clear and mark, an operator's word on a task instance, whatever it is doing.
+
+Each takes the run's lock first (the lock order of every settling path) and fences off any
+attempt in flight with a new epoch; a cleared task instance starts a new try (with readiness
+judged again for the run, its upstream_failed downstream waiting again), a marked one ends its
+try with the operator's verdict. What execution does for the fenced-off attempt's record is in
+app/execution/operator.py.
+"""
+
+from datetime import datetime
+
+from sqlmodel import Session
+
+from app.db.types import utcnow
+from app.orchestration import states as s
+from app.orchestration.cas import NEW_EXECUTION, NO_FAILURE, cas, lock_run
+from app.orchestration.models import TaskInstance
+from app.orchestration.outcomes import archive_try, settled
+from app.orchestration.readiness import refresh_run
+from app.orchestration.states import Rail
+
+
+def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR,
+          now: datetime | None = None) -> TaskInstance | None:
+    """Any started or finished state -> a new try (scheduled, or none while upstreams are not
+    done), new epoch, fresh infra budget, and `retries` more tries after it (Airflow's
+    max_tries = try_number + retries, counted from the last try that ran). A try that never
+    ran (upstream_failed) is reused. In-flight attempts are fenced off. A task instance the
+    rail does not apply to (one that has not started) is answered unchanged."""
+    now = now or utcnow()
+    if ti.state not in rail.sources:
+        return ti
+    lock_run(session, ti.dag_run_id)
+    if ti.state in s.IN_FLIGHT or ti.state == s.UP_FOR_RESCHEDULE:
+        archive_try(session, ti, s.FAILED)
+    next_try = ti.try_number if ti.state == s.UPSTREAM_FAILED else ti.try_number + 1
+    cleared = cas(
+        session, ti, rail, now, try_number=next_try, max_tries=next_try - 1 + ti.retries,
+        infra_attempts=0, next_eligible_at=None, queued_at=None, ended_at=None, **NO_FAILURE, **NEW_EXECUTION,
+    )
+    if cleared is None:
+        return None
+    refresh_run(session, cleared.dag_run_id, now, reopen=True)
+    return session.get(TaskInstance, cleared.id, populate_existing=True)  # readiness may have scheduled it
+
+
+def mark(*, session: Session, ti: TaskInstance, state: s.State, now: datetime | None = None) -> TaskInstance | None:
+    """An operator's verdict: -> success or failed, new epoch (any in-flight worker is told to
+    terminate), try archived. Success shows no failure; failed records an application failure
+    with reason `marked_failed`."""
+    now = now or utcnow()
+    if ti.state == state:
+        return ti
+    lock_run(session, ti.dag_run_id)
+    if state == s.SUCCESS:
+        rail, failure = s.MARK_SUCCESS, NO_FAILURE
+    else:
+        rail, failure = s.MARK_FAILED, {"last_failure_kind": "app", "last_failure_reason": "marked_failed"}
+    marked = cas(session, ti, rail, now, ended_at=now, next_eligible_at=None, **failure)
+    return settled(session, marked, state, now)
