@@ -78,6 +78,8 @@ class Kube:
             raise _refusal(exc) from exc
         except (HTTPError, OSError) as exc:
             raise KubeUnreachable(f"{type(exc).__name__}: {exc}") from exc
+        except ValueError as exc:  # the client's own check of the request (its pydantic models)
+            raise KubeRefused(422, "Invalid", str(exc).splitlines()[0]) from exc
 
     def create(self, pod: dict[str, Any]) -> dict[str, Any]:
         return self._json(self.core.create_namespaced_pod, self.namespace, pod)

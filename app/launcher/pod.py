@@ -121,5 +121,5 @@ def container_resources(resources: dict[str, Any]) -> dict[str, dict[str, Any]]:
     requests = {k: resources[k] for k in ("cpu", "memory") if resources.get(k)}
     limits: dict[str, Any] = {"memory": resources["memory"]} if resources.get("memory") else {}
     if resources.get("gpu"):
-        limits["nvidia.com/gpu"] = resources["gpu"]
+        limits["nvidia.com/gpu"] = str(resources["gpu"])  # a quantity is a string
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
