@@ -21,6 +21,10 @@ from app.worker.agent import EXIT_SEAT_TAKEN, Fatal, Worker
 from app.worker.api import Backoff, GaveUp, Refused
 from app.worker.state import describe
 
+# In the state directory, touched every poll_interval while the launcher's loops turn (the
+# liveness probe of deploy/kubernetes/launcher/).
+ALIVE = "alive"
+
 
 class Launcher(Worker):
     ROLE = "launcher"
@@ -33,7 +37,8 @@ class Launcher(Worker):
             namespace = settings.namespace or default_namespace(settings.kubeconfig, settings.kube_context)
             kube = Kube(load_configuration(settings.kubeconfig, settings.kube_context), namespace)
         self.kube = kube
-        self.watch = PodWatch(kube, f"{LAUNCHER}={label_safe(settings.seat)}", settings.poll_interval, self.log)
+        self.watch = PodWatch(kube, f"{LAUNCHER}={label_safe(settings.seat)}", settings.poll_interval, self.log,
+                              alive=self.ctx.state.root / ALIVE)
 
     def _runner(self, item: dict[str, Any]) -> PodRunner:
         return PodRunner(self.ctx, item, self.kube, self.watch)

@@ -12,14 +12,17 @@ it was listed with.
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from app.launcher.kube import Kube, KubeRefused, KubeUnreachable
 
 
 class PodWatch:
-    def __init__(self, kube: Kube, selector: str, interval: float, log: logging.Logger) -> None:
+    def __init__(self, kube: Kube, selector: str, interval: float, log: logging.Logger,
+                 alive: Path | None = None) -> None:
         self.kube, self.selector, self.interval, self.log = kube, selector, interval, log
+        self.alive = alive  # touched on every turn of the loop: the launcher Pod's liveness probe reads it
         # A listing older than this no longer shows a Pod alive (its attempt stops heartbeating).
         self.stale_after = 3 * interval + 5.0
         self.pods: dict[str, dict[str, Any]] = {}
@@ -70,6 +73,8 @@ class PodWatch:
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
+            if self.alive is not None:
+                self.alive.touch()
             try:
                 found = self.list_now()
                 if self.unreachable:
