@@ -80,6 +80,10 @@ class TestOutcomes:
             assert (infra, why, ok) == ("infra", reason, "success") and e2 > e1
             log = operator.log(done["ti_id"])  # the collapsed try: both epochs, in order
             assert log.index("first pod") < log.index("second pod"), log
+            airflow = json_of(operator.get(f"/api/v2/dags/dag/dagRuns/run/taskInstances/{task_id}/logs/1",
+                                           params={"full_content": "true"}))
+            lines = [str(m.get("event")) if isinstance(m, dict) else str(m) for m in airflow["content"]]
+            assert lines.index("first pod") < lines.index("second pod"), lines
         names = cluster.deletes()
         assert first["metadata"]["name"] in names and len(set(names)) == 4, "a new Pod for each re-placed attempt"
 
