@@ -21,7 +21,7 @@ from app.launcher import outcome as pods
 from app.launcher.kube import Kube, KubeRefused, KubeUnreachable
 from app.launcher.pod import is_attempt_pod, manifest, pod_name, try_selector
 from app.launcher.watch import PodWatch
-from app.worker.api import Backoff, Stale, retrying
+from app.worker.api import Backoff, Refused, Stale, retrying
 from app.worker.context import Context
 from app.worker.process import Outcome
 from app.worker.task import TICK, Lost, TaskRunner
@@ -183,6 +183,8 @@ class PodRunner(TaskRunner):
                          stop=self.ctx.halt, log=self.log.info)
             except Stale as exc:
                 raise Lost(f"running answered {exc.type} (should_terminate)") from exc
+            except Refused as exc:  # the outcome goes anyway: the server fences it on its own
+                self.log.warning("%s: running refused (%s)", self.name, exc)
             self.record["running"] = True
         if self.follower is not None:
             self.follower.join(LOG_DRAIN_SECONDS)

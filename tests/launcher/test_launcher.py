@@ -201,3 +201,23 @@ class TestRestart:
         assert len(json_of(operator.get("/v1/seats/launcher-1/executions"))["items"]) == 1, "never superseded"
         wait_until(lambda: not cluster.pods(), "both Pods deleted")
         assert again.stop() == 0
+
+    def test_a_launcher_with_a_new_state_directory_takes_the_seat_over_and_deletes_the_old_pods(
+            self, serve, cluster, kubelet, launchers):
+        server = serve()
+        operator = Operator(server.client())
+        first = launchers(server)
+        operator.create_run(image_task("t", "epoch:1:wait:never", "echo:done"))
+        old = one_pod(cluster)
+        wait_until(lambda: operator.find_ti("t")["state"] == "running", "running")
+        first.kill()
+        again = launchers(server, state="new-volume")  # the same seat, its volume lost
+        wait_until(lambda: "taking the seat over" in again.output, "the take-over")
+        wait_until(lambda: old["metadata"]["name"] in cluster.deletes(), "the sweep of the Pod no attempt holds")
+        wait_until(lambda: operator.reap().get("worker_lost"), "the old execution's attempt re-placed")
+        done = settled(operator)
+        assert [(kind, why) for _, _, kind, why in attempts(operator, done["ti_id"])] == [
+            ("infra", "worker_lost"), ("success", None)]
+        [gone, current] = json_of(operator.get("/v1/seats/launcher-1/executions"))["items"]
+        assert current["previous_execution_id"] == gone["execution_id"]
+        assert again.stop() == 0
