@@ -1,5 +1,5 @@
-# fenceline's container image: `fenceline serve` by default; `fenceline migrate` and
-# `fenceline worker` with other arguments (docker-compose.yml, deploy/kubernetes/).
+# fenceline's container image: `fenceline serve` by default; `fenceline migrate`,
+# `fenceline worker` and `fenceline launcher` with other arguments (docker-compose.yml, deploy/kubernetes/).
 #
 # Two stages: the first installs the package and its dependencies (pip, setuptools and their
 # caches stay there); the second copies the virtual environment and the source tree, and has
@@ -17,7 +17,8 @@ COPY pyproject.toml README.md alembic.ini ./
 COPY app ./app
 COPY migrations ./migrations
 # Compiled here: the containers run with a read-only root file system (deploy/kubernetes/).
-RUN /opt/venv/bin/pip install -e . \
+# The kubernetes extra: the same image runs `fenceline launcher` (deploy/kubernetes/launcher/).
+RUN /opt/venv/bin/pip install -e '.[kubernetes]' \
     && /opt/venv/bin/python -m compileall -q /opt/fenceline/app /opt/fenceline/migrations \
     && /opt/venv/bin/fenceline --help > /dev/null
 

@@ -196,6 +196,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return run_worker(args)
 
 
+def cmd_launcher(args: argparse.Namespace) -> int:
+    from app.launcher.main import pod_spec, run_launcher
+
+    return pod_spec(args) if args.launcher_command == "pod-spec" else run_launcher(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from app.worker.demo import run_demo
 
@@ -246,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     worker = sub.add_parser("worker", help="run claimed tasks as local processes for one seat")
     worker_arguments(worker)
     worker.set_defaults(func=cmd_worker)
+    from app.launcher.settings import add_arguments as launcher_arguments
+
+    launcher = sub.add_parser("launcher", help="run claimed image tasks as one Kubernetes Pod per attempt")
+    launcher_arguments(launcher)
+    launcher.set_defaults(func=cmd_launcher)
     demo = sub.add_parser("demo", help="a throw-away server, two workers and an example run, explained")
     demo.add_argument("--keep", action="store_true", help="keep the server up after the run (Ctrl-C ends it)")
     demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")

@@ -6,6 +6,7 @@ lints the Dockerfile, check-jsonschema holds docker-compose.yml to the compose s
 and `kubectl kustomize` renders the base, whose objects are then read field by field.
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.launcher.agent import ALIVE
 from app.worker.context import DELIVERY_AFTER_HALT_SECONDS
 from app.worker.settings import POD_ENV
 from app.worker.task import KILL_AFTER
@@ -223,6 +225,58 @@ class TestKubernetes:
         # time Kubernetes gives before SIGKILL.
         grace = float(env["FENCELINE_WORKER_GRACE_PERIOD"]["value"])
         assert grace + KILL_AFTER + DELIVERY_AFTER_HALT_SECONDS < spec["terminationGracePeriodSeconds"]
+
+
+@pytest.fixture(scope="module")
+def with_launcher(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """An overlay of the base with the launcher component, rendered."""
+    overlay = tmp_path_factory.mktemp("overlay")
+    base = os.path.relpath(REPO / "deploy" / "kubernetes", overlay)  # kustomize takes no absolute paths
+    (overlay / "kustomization.yaml").write_text(f"resources: [{base}]\ncomponents: [{base}/launcher]\n")
+    done = run(tool("kubectl"), "kustomize", str(overlay))
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+class TestLauncherComponent:
+    def test_it_adds_the_launcher_and_its_rights_to_the_base(self, rendered, with_launcher):
+        added = {(o["kind"], o["metadata"]["name"]) for o in with_launcher} - {
+            (o["kind"], o["metadata"]["name"]) for o in rendered}
+        assert added == {("ServiceAccount", "fenceline-launcher"), ("Role", "fenceline-launcher"),
+                         ("RoleBinding", "fenceline-launcher"), ("PersistentVolumeClaim", "fenceline-launcher-state"),
+                         ("Deployment", "fenceline-launcher")}
+        for o in with_launcher:
+            assert "namespace" not in o["metadata"]
+
+    def test_the_role_grants_only_what_the_launcher_calls(self, with_launcher):
+        rules = one(with_launcher, "Role", "fenceline-launcher")["rules"]
+        assert sorted((r["resources"][0], sorted(r["verbs"])) for r in rules) == [
+            ("pods", ["create", "delete", "list"]), ("pods/log", ["get"])]
+        binding = one(with_launcher, "RoleBinding", "fenceline-launcher")
+        assert binding["roleRef"]["name"] == "fenceline-launcher"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fenceline-launcher"}]
+
+    def test_one_launcher_with_a_lasting_state_directory_and_probes(self, with_launcher):
+        launcher = one(with_launcher, "Deployment", "fenceline-launcher")
+        assert (launcher["spec"]["replicas"], launcher["spec"]["strategy"]["type"]) == (1, "Recreate")
+        spec = pod_spec(launcher)
+        assert spec["serviceAccountName"] == "fenceline-launcher" and spec["securityContext"]["runAsNonRoot"]
+        [container] = spec["containers"]
+        assert container["args"] == ["launcher"] and container["image"] == f"fenceline:{VERSION}"
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        env = env_of(container)
+        assert env["FENCELINE_LAUNCHER_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "fenceline-launcher",
+                                                                               "key": "token"}
+        state = env["FENCELINE_LAUNCHER_STATE_DIR"]["value"]
+        [mount] = [m for m in container["volumeMounts"] if state.startswith(m["mountPath"])]
+        [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        assert volume["persistentVolumeClaim"]["claimName"] == "fenceline-launcher-state"
+        for probe in ("startupProbe", "livenessProbe"):
+            assert f"{state}/{ALIVE}" in " ".join(container[probe]["exec"]["command"])
+
+    def test_the_image_has_the_kubernetes_client(self):
+        build, _ = stages((REPO / "Dockerfile").read_text())
+        assert any("pip install" in i and "[kubernetes]" in i for i in build)
 
 
 class TestPrometheusScrape:

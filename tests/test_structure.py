@@ -65,6 +65,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("app.main",),
     ("app.cli",),
 ]
+# The agents: HTTP clients of the server, outside its layers (tested on their own below).
+AGENTS = ("app.worker", "app.launcher")
 KITS = ("app.db", "app.telemetry", "app.web")
 DOMAINS = ("app.auth", "app.orchestration", "app.identity", "app.routing", "app.execution", "app.logs")
 
@@ -84,8 +86,8 @@ def app_imports(module: str) -> set[str]:
 
 
 def test_imports_only_go_down_the_layers():
-    upward = [f"{m} -> {i}" for m in MODULES if not m.startswith("app.worker")
-              for i in app_imports(m) if not i.startswith("app.worker") and layer(i) > layer(m)]
+    upward = [f"{m} -> {i}" for m in MODULES if not m.startswith(AGENTS)
+              for i in app_imports(m) if not i.startswith(AGENTS) and layer(i) > layer(m)]
     assert not upward, upward
 
 
@@ -108,8 +110,18 @@ def test_the_worker_imports_nothing_of_the_server_but_telemetry():
     for module in (m for m in MODULES if m.startswith("app.telemetry")):
         assert not {i for i in app_imports(module) if i != "app.telemetry" and not i.startswith("app.telemetry.")}, \
             f"{module}: the worker imports telemetry, so telemetry imports nothing else of app"
-    importers = {m for m in MODULES if not m.startswith("app.worker")
+    importers = {m for m in MODULES if not m.startswith(AGENTS)
                  for i in app_imports(m) if i.startswith("app.worker")}
+    assert importers <= {"app.cli"}, importers
+
+
+def test_the_launcher_imports_only_the_worker_and_telemetry():
+    """The launcher is an agent of the worker's kind: it stands on the worker's pieces."""
+    for module in (m for m in MODULES if m.startswith("app.launcher")):
+        server = {i for i in app_imports(module) if not i.startswith(("app.launcher", "app.worker", "app.telemetry"))}
+        assert not server, f"{module} imports {sorted(server)}"
+    importers = {m for m in MODULES if not m.startswith("app.launcher")
+                 for i in app_imports(m) if i.startswith("app.launcher")}
     assert importers <= {"app.cli"}, importers
 
 
@@ -212,8 +224,8 @@ def test_the_claim_route_translates_http_and_the_claim_lives_in_execution():
 
 def test_the_retry_policy_is_built_in_orchestration_once():
     """The application builds the retry policy at its start with orchestration's constructor and
-    hands it down; execution passes on what it was given (the worker's own Backoff is not it)."""
+    hands it down; execution passes on what it was given (the agents' own Backoff is not it)."""
     assert [m for m in MODULES if "Backoff.from_settings(" in source(m)] == ["app.main"]
     for module in MODULES:
-        if not module.startswith(("app.orchestration", "app.worker")):
+        if not module.startswith(("app.orchestration", "app.worker", "app.launcher")):
             assert "Backoff(" not in source(module), f"{module} builds a retry policy"

@@ -45,6 +45,8 @@ class Fatal(Exception):
 
 
 class Worker:
+    ROLE = "worker"  # the admitted seat's role (the launcher's is "launcher")
+
     def __init__(self, settings: WorkerSettings, log: logging.Logger | None = None) -> None:
         self.settings = settings
         self.ctx = Context(api=Api(settings.server), state=StateDir(settings.state_dir), settings=settings,
@@ -102,7 +104,7 @@ class Worker:
             self.ctx.state.forget_attempt(key)
 
     def _admission_body(self, previous: str | None) -> dict[str, Any]:
-        return {"swarm": self.settings.swarm, "role": "worker", "labels": {"agent": "fenceline-worker"},
+        return {"swarm": self.settings.swarm, "role": self.ROLE, "labels": {"agent": f"fenceline-{self.ROLE}"},
                 "runtime_backend": "local", "runtime_target": {"server_id": socket.gethostname()[:253],
                                                                "pid": os.getpid()},
                 "previous_execution_id": previous}
@@ -170,8 +172,10 @@ class Worker:
                             f"this state directory did not admit: is another worker running for this seat?",
                             EXIT_SEAT_TAKEN) from exc
             raise Fatal(f"admission refused: {exc}") from exc
+        # The admission itself is kept: replayed under its key, it answers this same execution
+        # (the launcher re-attaches to it so; app/launcher/agent.py).
         state.save_execution({"seat": seat, "server": self.settings.server, "execution_id": admitted["execution_id"],
-                              "generation": admitted["generation"]})
+                              "generation": admitted["generation"], "admission": {"body": body, "key": key}})
         state.clear_pending_admission()
         self.worker_token, self.execution_id = admitted["worker_token"], admitted["execution_id"]
         self.log.info("admitted seat %s: execution %s (generation %d%s); concurrency %d; queues %s", seat,
@@ -230,10 +234,16 @@ class Worker:
         finally:
             self._claiming = False
 
-    def _start(self, item: dict[str, Any]) -> None:
-        runner = TaskRunner(self.ctx, item)
-        self.log.info("%s: claimed", runner.name)
+    def _runner(self, item: dict[str, Any]) -> TaskRunner:
+        """What runs one claimed WorkItem (the launcher's runs it as a Pod)."""
+        return TaskRunner(self.ctx, item)
 
+    def _start(self, item: dict[str, Any]) -> None:
+        runner = self._runner(item)
+        self.log.info("%s: claimed", runner.name)
+        self._run_in_thread(runner)
+
+    def _run_in_thread(self, runner: TaskRunner) -> None:
         def run() -> None:
             try:
                 runner.run()

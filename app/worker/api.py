@@ -138,8 +138,10 @@ class Api:
         body = {"limit": limit, "queues": list(queues), "wait_seconds": wait}
         return self.call("POST", "/v1/dispatch/claim", token=worker_token, json=body, wait=wait)[1]["items"]
 
-    def report(self, attempt_token: str, state: str, reason: str | None = None) -> dict[str, Any]:
-        body = {"state": state, **({"reason": reason} if reason else {})}
+    def report(self, attempt_token: str, state: str, reason: str | None = None,
+               reschedule_at: str | None = None) -> dict[str, Any]:
+        body = {"state": state, **({"reason": reason} if reason else {}),
+                **({"reschedule_at": reschedule_at} if reschedule_at else {})}
         return self.call("POST", "/v1/attempts/report", token=attempt_token, json=body)[1]
 
     def heartbeat(self, attempt_token: str) -> None:

@@ -29,7 +29,7 @@ def deliver(ctx: Context, key: str, entry: dict[str, Any], give_up: Callable[[],
         ctx.log.warning("%s: log tail not stored: %s", name, exc)
     what = entry["state"] + (f" ({entry['reason']})" if entry.get("reason") else "")
     try:
-        retrying(lambda: ctx.api.report(token, entry["state"], entry.get("reason")),
+        retrying(lambda: ctx.api.report(token, entry["state"], entry.get("reason"), entry.get("reschedule_at")),
                  what=f"{name}: report {what}", give_up=give_up, log=say)
         result = "accepted"
         say("%s: reported %s — %s", name, what, entry.get("why", ""))

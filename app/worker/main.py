@@ -11,19 +11,25 @@ from app.worker.settings import from_args
 from app.worker.state import StateDirBusy
 
 
+def agent_log(kind: str, seat: str, log_format: str) -> logging.Logger:
+    """An agent's own log (`fenceline.worker.<seat>`, `fenceline.launcher.<seat>`), on stderr."""
+    log = logging.getLogger(f"fenceline.{kind}.{seat}")
+    handler = logging.StreamHandler(sys.stderr)
+    # app/telemetry/logconfig.py imports only the standard library: the worker still needs nothing of the server.
+    handler.setFormatter(formatter(log_format, seat=seat))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return log
+
+
 def run_worker(args: argparse.Namespace) -> int:
     try:
         settings = from_args(args)
     except (ValueError, OSError) as exc:
         print(f"fenceline worker: {exc}", file=sys.stderr)
         return 2
-    log = logging.getLogger(f"fenceline.worker.{settings.seat}")
-    handler = logging.StreamHandler(sys.stderr)
-    # app/telemetry/logconfig.py imports only the standard library: the worker still needs nothing of the server.
-    handler.setFormatter(formatter(settings.log_format, seat=settings.seat))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
+    log = agent_log("worker", settings.seat, settings.log_format)
     tracing.start()
     try:
         return Worker(settings, log).run()

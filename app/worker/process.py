@@ -21,9 +21,10 @@ CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.
 class Outcome:
     """What the worker reports for one attempt, and a line saying why, for the log."""
 
-    state: str  # success | failed | unexecutable
+    state: str  # success | failed | unexecutable | rescheduled
     reason: str | None
     why: str
+    reschedule_at: str | None = None  # ISO 8601, for rescheduled (a Pod's termination message)
 
 
 def classify(returncode: int, stopped_for: str | None) -> Outcome:

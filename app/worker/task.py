@@ -37,6 +37,8 @@ def renew_delay(token: str) -> float:
 
 
 class TaskRunner:
+    AGENT = "fenceline-worker"  # the name on the lines it adds to the attempt's log
+
     def __init__(self, ctx: Context, item: dict[str, Any]) -> None:
         self.ctx = ctx
         self.correlation: dict[str, Any] = item["correlation"]
@@ -49,6 +51,7 @@ class TaskRunner:
         self.name = describe(self.correlation)
         self.token: str = item["attempt_token"]
         self.renew_at = time.monotonic() + renew_delay(self.token)
+        self.next_beat = 0.0
         self.record: dict[str, Any] = {"correlation": self.correlation, "payload": self.payload,
                                        "attempt_token": self.token, "pgid": None}
         self.traceparent: str | None = None  # the run's trace, while the attempt runs (app/worker/tracing.py)
@@ -135,26 +138,16 @@ class TaskRunner:
     def _supervise(self, proc: subprocess.Popen) -> str | None:
         """Watch the command until it ends; answers why the worker stopped it, if it did.
         Raises Lost (after a SIGKILL of the group) when the server says should_terminate."""
-        hb = self.ctx.settings.heartbeat_interval
         timeout = self.payload.get("timeout_seconds")
         started = time.monotonic()
-        next_beat, stopped_for, signalled_at = started + hb, None, None
+        self.next_beat, stopped_for, signalled_at = started + self.ctx.settings.heartbeat_interval, None, None
         while True:
             if exited(proc):
                 return stopped_for
             time.sleep(TICK)
             now = time.monotonic()
             try:
-                if self.shipping and now >= self.ship_at and self.shipper.pending():
-                    if self._talk("log", self._ship):
-                        self.ship_backoff = Backoff(base=TICK)
-                    else:
-                        self.ship_at = now + self.ship_backoff.next_delay()
-                if now >= next_beat:
-                    next_beat = now + (hb if self._talk("heartbeat", lambda: self.ctx.api.heartbeat(self.token))
-                                       else min(hb, 1.0))
-                if now >= self.renew_at:
-                    self._talk("renew", self._renew)
+                self._tend(now)
             except Lost:
                 signal_group(proc.pid, signal.SIGKILL)  # at once: a newer attempt owns this work
                 raise
@@ -170,6 +163,21 @@ class TaskRunner:
             elif signalled_at is not None and now - signalled_at >= KILL_AFTER:
                 signal_group(proc.pid, signal.SIGKILL)
                 signalled_at = None
+
+    def _tend(self, now: float, beat: bool = True) -> None:
+        """While the attempt runs: ship what its log has new, heartbeat (when `beat`) and renew
+        its token when due. Raises Lost on should_terminate."""
+        if self.shipping and now >= self.ship_at and self.shipper.pending():
+            if self._talk("log", self._ship):
+                self.ship_backoff = Backoff(base=TICK)
+            else:
+                self.ship_at = now + self.ship_backoff.next_delay()
+        if beat and now >= self.next_beat:
+            hb = self.ctx.settings.heartbeat_interval
+            self.next_beat = now + (hb if self._talk("heartbeat", lambda: self.ctx.api.heartbeat(self.token))
+                                    else min(hb, 1.0))
+        if now >= self.renew_at:
+            self._talk("renew", self._renew)
 
     def _talk(self, what: str, call: Any) -> bool:
         """One agent write while the task runs; False if the server could not be reached
@@ -214,9 +222,10 @@ class TaskRunner:
         """Journal the outcome (durably, before anything is sent), then deliver it."""
         suffix = f" ({outcome.reason})" if outcome.reason else ""
         append_line(self.ctx.state.spool(self.key),
-                    f"[fenceline-worker] {outcome.why}: reporting {outcome.state}{suffix}")
+                    f"[{self.AGENT}] {outcome.why}: reporting {outcome.state}{suffix}")
         entry = {"name": self.name, "correlation": self.correlation, "attempt_token": self.token,
                  "state": outcome.state, "reason": outcome.reason, "why": outcome.why,
+                 "reschedule_at": outcome.reschedule_at,
                  "file_pos": self.shipper.file_pos, "server_size": self.shipper.server_size}
         self.ctx.state.journal(self.key, entry)
         if self.ctx.crash_after_journal:
