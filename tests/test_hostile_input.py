@@ -53,6 +53,18 @@ class TestNumbers:
         assert operator.get("/v1/runs", params={"offset": 10**23}).status_code == 422
         assert operator.get("/api/v2/dags", params={"limit": 10**23}).status_code == 422
 
+    @pytest.mark.parametrize("field", ["priority_weight", "pool_slots"])
+    def test_a_boolean_is_no_count_nor_weight(self, operator, field):
+        """Issue 30 (schemathesis): `false` was taken for 0, which the document does not allow."""
+        resp = operator.post("/v1/runs", json={"dag_id": "d", "tasks": [task("a", **{field: False})]})
+        assert_problem(resp, 422, "validation-error")
+        assert operator.get("/v1/runs").json()["items"] == []
+
+    def test_a_boolean_is_no_pool_size_nor_tenant_cap(self, operator):
+        assert_problem(operator.post("/v1/pools", json={"name": "p", "slots": False}), 422, "validation-error")
+        assert_problem(operator.put("/v1/tenants/acme", json={"max_running": False}), 422, "validation-error")
+        assert operator.put("/v1/tenants/acme", json={"max_running": 0}).status_code == 200
+
     def test_a_huge_map_index_is_a_clean_answer(self, operator):
         operator.create_run()
         resp = operator.get(f"/api/v2/dags/dag/dagRuns/run/taskInstances/t/{10**23}")
