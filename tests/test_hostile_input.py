@@ -5,6 +5,7 @@ nothing changes."""
 import json
 import socket
 import threading
+import time
 import uuid
 from urllib.parse import urlsplit
 
@@ -322,6 +323,33 @@ class TestRequestHeads:
         assert b"application/problem+json" in answer and b"at most 8192 bytes" in answer
         with guarded_server.client() as http:
             assert http.get("/health", headers={"X-Fits": "x" * 4000}).status_code == 200
+
+    def test_a_head_sent_in_small_pieces_is_counted_whole(self, guarded_server):
+        parts = urlsplit(guarded_server.url)
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            try:
+                for _ in range(40):
+                    sock.sendall(b"X-Piece: " + b"x" * 500 + b"\r\n")
+                    time.sleep(0.001)
+            except OSError:
+                pass  # refused and closed
+            assert sock.recv(65536).startswith(b"HTTP/1.1 431 ")
+
+    def test_each_request_on_a_kept_alive_connection_gets_its_own_bound(self, guarded_server):
+        """Three heads of 6 KB in a row on one connection pass an 8 KiB bound: it is per head.
+        (Pipelined requests behind a refused head are not answered: the refusal closes.)"""
+        fits = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Fits: " + b"x" * 6000 + b"\r\n\r\n"
+        parts = urlsplit(guarded_server.url)
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            for _ in range(3):
+                sock.sendall(fits)
+                answer = b""
+                while not answer.endswith(b"}"):
+                    answer += sock.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 200 OK")
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"x" * 9000 + b"\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 431 ")
 
     def test_a_long_request_line_counts_too(self, guarded_server):
         answer = closed_by_server(guarded_server.url, b"GET /health?" + b"q" * 20_000 + b" HTTP/1.1\r\n\r\n")

@@ -3,10 +3,12 @@ httptools protocol with a bound on each request head and a deadline to finish it
 
 A request line and its headers larger than `max_head_bytes` in all are refused with 431 and
 the connection closed, before more of them is stored (the parser is fed no more than the
-limit); a head not finished within `head_timeout` seconds of its first byte (or of the
-connection, for one that sends nothing) closes the connection, so slow or silent clients cannot
-hold the server's file descriptors. Idle keep-alive connections are uvicorn's
-`timeout_keep_alive`. The open connections are a gauge (fenceline_http_connections_open).
+limit; a pipelined head that begins within bytes being fed counts all of them, and one that
+begins within a body's last read may pass it by that read); a head not finished within
+`head_timeout` seconds of its first byte (or of the connection, for one that sends nothing) closes the
+connection, so slow or silent clients cannot hold the server's file descriptors. Idle
+keep-alive connections are uvicorn's `timeout_keep_alive`. The open connections are a gauge
+(fenceline_http_connections_open).
 """
 
 import json
@@ -47,6 +49,8 @@ class GuardedProtocol(HttpToolsProtocol):
         super().__init__(config, *args, **kwargs)
         self.limits: HeadLimits = getattr(config, CONFIG_ATTRIBUTE)
         self._in_head, self._head_bytes = True, 0
+        # Whether a head or a message ended within the bytes being fed, and a request began after.
+        self._ended = self._begun_after_end = False
         self._head_timer: Any = None
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
@@ -60,34 +64,46 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if not self._in_head:
-            super().data_received(data)
-            return
-        room = self.limits.max_head_bytes - self._head_bytes
-        self._head_bytes += len(data)
-        if len(data) <= room:
-            super().data_received(data)
-            return
-        super().data_received(data[:room])  # the head may end within the limit: then the rest follows it
-        if self.parser is None or self.transport.is_closing():
-            return
-        if self._in_head:
-            http_heads_refused.labels(reason="too_large").inc()
-            self._disarm_head_timer()
-            self.transport.write(_refusal(self.limits.max_head_bytes))
-            self.transport.close()
-            return
-        super().data_received(data[room:])
+        """Feed the parser no more of a head than the limit allows: a head still unfinished at the
+        limit is refused (431) before more of it is stored. Body bytes pass as they come."""
+        while data:
+            if self._in_head:
+                room = self.limits.max_head_bytes - self._head_bytes
+                if room <= 0:
+                    self._refuse()
+                    return
+                piece, data = data[:room], data[room:]
+                self._head_bytes += len(piece)
+            else:
+                piece, data = data, b""
+            self._ended = self._begun_after_end = False
+            super().data_received(piece)
+            if self.parser is None or self.transport.is_closing():
+                return
+            if self._in_head and self._ended:
+                # A head or a message ended within the piece. If another request began after it,
+                # where is unknown: the whole piece counts towards its head (never less).
+                self._head_bytes = len(piece) if self._begun_after_end else 0
+
+    def _refuse(self) -> None:
+        http_heads_refused.labels(reason="too_large").inc()
+        self._disarm_head_timer()
+        self.transport.write(_refusal(self.limits.max_head_bytes))
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head, self._head_bytes = True, 0
+        self._begun_after_end = self._ended
         self._arm_head_timer()
 
     def on_headers_complete(self) -> None:
-        self._in_head = False
+        self._in_head, self._head_bytes, self._ended = False, 0, True
         self._disarm_head_timer()
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_head, self._head_bytes, self._ended = True, 0, True  # what comes next is a head
+        super().on_message_complete()
 
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()
