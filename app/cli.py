@@ -66,6 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from uvicorn.supervisors import Multiprocess
 
     from app.main import create_app
+    from app.web.serving import server_config
 
     say(f"data in {_redacted(url)}")
     say(f"listening on http://{args.host}:{args.port} — log in with POST /auth/token "
@@ -79,12 +80,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "log_config": logconfig.dict_config(settings.log_format, args.log_level)}
     try:
         if workers == 1:
-            uvicorn.Server(uvicorn.Config(create_app(settings), **common)).run(sockets=[sock])
+            uvicorn.Server(server_config(create_app(settings), settings, **common)).run(sockets=[sock])
         else:
             # uvicorn's supervisor: N processes accept on the one bound socket, each building its
             # app from the same environment; one of them wins the sweep (app/execution/reapers.py).
             say(f"{workers} server processes")
-            config = uvicorn.Config("app.main:create_app", factory=True, workers=workers, **common)
+            config = server_config("app.main:create_app", settings, factory=True, workers=workers, **common)
             Multiprocess(config, sockets=[sock]).run()
     finally:
         sock.close()

@@ -86,8 +86,13 @@ class Settings(BaseSettings):
     agent_lost_after_seconds: float = 120.0
     dispatch_lost_after_seconds: float = 600.0
 
-    # Request bodies, bounded before they are parsed or a token is checked (413 beyond): every
-    # route's, and the three that carry more (log appends: log_max_request_bytes below).
+    # Request heads (app/web/serving.py): the request line and headers in all (431 beyond), the
+    # time a client has to finish them (the connection is closed after), and an idle keep-alive's.
+    max_request_head_bytes: int = Field(default=64 * 1024, ge=4096, le=16 * 1024 * 1024)
+    request_head_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    keep_alive_timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
+    # Request bodies, bounded before they are parsed (413 beyond): every route's, and the three
+    # that carry more once the caller's token allows them (log appends: log_max_request_bytes).
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
     run_max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     snapshot_max_request_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)

@@ -14,6 +14,7 @@ from app.admin.router import router as admin_router
 from app.airflow.v1 import router as airflow_v1_router
 from app.airflow.v2 import cli_login_router, open_router
 from app.airflow.v2 import router as airflow_v2_router
+from app.auth.deps import bearer_allows
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
@@ -109,7 +110,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.retention = Retention.from_settings(settings, app.state.log_store)  # the reaper's, and /v1/admin/reap's
     install_error_handlers(app)
     install_fault_handler(app)  # the log store's
-    app.add_middleware(Ingress, limits=Limits.from_settings(settings))  # before the URL check
+    app.add_middleware(Ingress, limits=Limits.from_settings(settings),  # before the URL check
+                       allows=lambda scope, scopes: bearer_allows(app.state, scope["headers"], scopes))
     if settings.trusted_proxies:  # outermost: the client's address, as a trusted proxy names it
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     app.add_middleware(Observe)  # outermost: a request's id, metrics and log line, whatever answers it

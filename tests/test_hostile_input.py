@@ -5,16 +5,21 @@ nothing changes."""
 import json
 import socket
 import threading
+import time
 import uuid
 from urllib.parse import urlsplit
 
 import pytest
+import uvicorn
 from sqlalchemy import insert
 
 from app.db.types import utcnow
+from app.main import create_app
 from app.ops.migrate import upgrade
 from app.orchestration.models import DagRun
+from app.web.serving import server_config
 from tests.api import Operator, Worker, admission_body, assert_problem, bearer, task
+from tests.conftest import LiveServer, app_settings
 from tests.databases import throwaway_database
 
 LONE_SURROGATE = '"\\ud800"'  # valid JSON, not valid Unicode
@@ -48,6 +53,18 @@ class TestNumbers:
     def test_huge_paging_numbers_are_422(self, operator):
         assert operator.get("/v1/runs", params={"offset": 10**23}).status_code == 422
         assert operator.get("/api/v2/dags", params={"limit": 10**23}).status_code == 422
+
+    @pytest.mark.parametrize("field", ["priority_weight", "pool_slots"])
+    def test_a_boolean_is_no_count_nor_weight(self, operator, field):
+        """Issue 30 (schemathesis): `false` was taken for 0, which the document does not allow."""
+        resp = operator.post("/v1/runs", json={"dag_id": "d", "tasks": [task("a", **{field: False})]})
+        assert_problem(resp, 422, "validation-error")
+        assert operator.get("/v1/runs").json()["items"] == []
+
+    def test_a_boolean_is_no_pool_size_nor_tenant_cap(self, operator):
+        assert_problem(operator.post("/v1/pools", json={"name": "p", "slots": False}), 422, "validation-error")
+        assert_problem(operator.put("/v1/tenants/acme", json={"max_running": False}), 422, "validation-error")
+        assert operator.put("/v1/tenants/acme", json={"max_running": 0}).status_code == 200
 
     def test_a_huge_map_index_is_a_clean_answer(self, operator):
         operator.create_run()
@@ -169,6 +186,41 @@ class TestBodyLimits:
         assert restored.status_code != 413
 
 
+class TestLargeLimitsOnlyForAllowedCallers:
+    """Issue 30, item 2: a route's large limit applies only once the headers show a token the
+    route accepts; every other body is held to the default before any of it is read."""
+
+    @pytest.fixture
+    def small(self, make_client):
+        return make_client(max_request_bytes=4096, run_max_request_bytes=65536, snapshot_max_request_bytes=65536,
+                           log_max_request_bytes=16384)
+
+    def test_without_a_token_or_with_another_kind_the_default_holds(self, small):
+        operator = Operator(small)
+        worker_token = Worker(operator).headers
+        run = {"dag_id": "d", "tasks": [task("a")], "conf": {"blob": "x" * 20000}}
+        snapshot = {"format": "fenceline-snapshot/1", "tables": {}, "pad": "x" * 20000}
+        for headers in ({}, bearer("not-a-token"), worker_token):
+            for path, body in (("/v1/runs", run), ("/v1/admin/snapshot", snapshot)):
+                problem = assert_problem(small.post(path, json=body, headers=headers), 413, "payload-too-large")
+                assert "at most 4096 bytes without a valid token" in problem["detail"]
+        assert small.post("/v1/runs", json=run, headers=operator.headers).status_code == 201
+
+    def test_a_log_append_carries_more_only_with_its_attempt_token(self, small):
+        operator = Operator(small)
+        operator.create_run(task("a"))
+        attempt = Worker(operator).claim_one()
+        body = {"offset": 0, "content": "x" * 10000}
+        assert_problem(small.post("/v1/attempts/logs", json=body, headers=operator.headers), 413,
+                       "payload-too-large")
+        assert small.post("/v1/attempts/logs", json=body, headers=attempt.headers).status_code == 200
+
+    def test_a_declared_100_mb_snapshot_without_a_token_is_refused_before_its_body(self, live_server):
+        head = ("POST /v1/admin/snapshot HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {100 * 1024 * 1024}\r\n\r\n")
+        assert raw_exchange(live_server.url, head, []).startswith(b"HTTP/1.1 413")
+
+
 def nested(depth: int, leaf: object = 1) -> object:
     """`depth` levels of objects around `leaf` (a scalar has depth 0)."""
     value = leaf
@@ -232,3 +284,90 @@ class TestEncoding:
         resp = client.post("/v1/seats/s1/executions", content=b'{"swarm": "\xff"}',
                            headers={**operator.headers, "content-type": "application/json"})
         assert "UTF-8" in assert_problem(resp, 422, "validation-error")["detail"]
+
+
+@pytest.fixture(scope="module")
+def guarded_server(db_url, engine):
+    """A live server with `fenceline serve`'s connection layer (app/web/serving.py): heads of at
+    most 8 KiB, to be finished within half a second."""
+    settings = app_settings(db_url, max_request_head_bytes=8192, request_head_timeout_seconds=0.5)
+    app = create_app(settings)
+    server = LiveServer(app)
+    server.server = uvicorn.Server(server_config(app, settings, host="127.0.0.1", port=server.port,
+                                                 log_level="warning"))
+    server.thread = threading.Thread(target=server.server.run, daemon=True)
+    with server:
+        yield server
+
+
+def closed_by_server(url: str, sent: bytes) -> bytes:
+    """Send `sent`, then read until the server closes the connection; answers what it sent. A
+    server that never closes fails the read's 30 s timeout."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(sent)
+        answer = b""
+        while got := sock.recv(65536):
+            answer += got
+        return answer
+
+
+class TestRequestHeads:
+    """Issue 30, items 3 and 4: a head past the limit is 431 before it is stored; a head not
+    finished in time closes its connection."""
+
+    def test_a_head_past_the_limit_is_431_and_closed(self, guarded_server):
+        head = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"x" * 50_000 + b"\r\n\r\n"
+        answer = closed_by_server(guarded_server.url, head)
+        assert answer.startswith(b"HTTP/1.1 431 ")
+        assert b"application/problem+json" in answer and b"at most 8192 bytes" in answer
+        with guarded_server.client() as http:
+            assert http.get("/health", headers={"X-Fits": "x" * 4000}).status_code == 200
+
+    def test_a_head_sent_in_small_pieces_is_counted_whole(self, guarded_server):
+        parts = urlsplit(guarded_server.url)
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            try:
+                for _ in range(40):
+                    sock.sendall(b"X-Piece: " + b"x" * 500 + b"\r\n")
+                    time.sleep(0.001)
+            except OSError:
+                pass  # refused and closed
+            assert sock.recv(65536).startswith(b"HTTP/1.1 431 ")
+
+    def test_each_request_on_a_kept_alive_connection_gets_its_own_bound(self, guarded_server):
+        """Three heads of 6 KB in a row on one connection pass an 8 KiB bound: it is per head.
+        (Pipelined requests behind a refused head are not answered: the refusal closes.)"""
+        fits = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Fits: " + b"x" * 6000 + b"\r\n\r\n"
+        parts = urlsplit(guarded_server.url)
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            for _ in range(3):
+                sock.sendall(fits)
+                answer = b""
+                while not answer.endswith(b"}"):
+                    answer += sock.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 200 OK")
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"x" * 9000 + b"\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 431 ")
+
+    def test_a_long_request_line_counts_too(self, guarded_server):
+        answer = closed_by_server(guarded_server.url, b"GET /health?" + b"q" * 20_000 + b" HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 431 ")
+
+    @pytest.mark.parametrize("sent", [b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ", b""], ids=["partial", "silent"])
+    def test_a_head_not_finished_in_time_closes_the_connection(self, guarded_server, sent):
+        assert closed_by_server(guarded_server.url, sent) == b""
+        with guarded_server.client() as http:
+            assert http.get("/health").status_code == 200
+
+    def test_a_body_and_the_next_request_on_the_connection_are_not_heads(self, guarded_server):
+        """The bound is on heads: a body past it passes, and keep-alive requests each get their own."""
+        operator = Operator(guarded_server.client())
+        body = {"dag_id": "d", "tasks": [task("a")], "conf": {"blob": "x" * 20_000}}
+        for _ in range(3):
+            assert operator.post("/v1/runs", json=body).status_code in (201, 409)
+
+    def test_open_connections_are_a_metric(self, guarded_server):
+        operator = Operator(guarded_server.client())
+        assert "fenceline_http_connections_open" in operator.get("/metrics").text

@@ -7,9 +7,9 @@ export -> restore -> export is identical.
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import Table, Uuid, delete, func, insert, select
 from sqlalchemy.exc import OperationalError, StatementError
 from sqlmodel import Session
@@ -17,9 +17,10 @@ from sqlmodel import Session
 from app import models  # noqa: F401  (registers every table)
 from app.db.types import UTCDateTime, metadata
 from app.errors import AppError
-from app.identity.schemas import SeatName
-from app.orchestration.routes import DEFAULT_POOL, RouteName
-from app.orchestration.schemas import Ident, RunId
+from app.identity.schemas import Labels, SeatName
+from app.orchestration.routes import DEFAULT_POOL, PriorityWeight, RouteName
+from app.orchestration.schemas import Ident, Payload, RunId
+from app.orchestration.states import AttemptState, State
 from app.routing.models import Pool
 from app.routing.schemas import Slots
 from app.web.schemas import FreeForm, unstorable
@@ -29,17 +30,31 @@ FORMAT = "fenceline-snapshot/1"
 # logs stay out: they live in the log store (even when that is the database), and
 # `fenceline logs copy` moves them.
 EXCLUDED = {"installation_secrets", "login_failures", "alembic_version", "log_chunks"}
-# The API's validators of what a client names (identifiers become log paths and URLs) and of
-# free-form fields, applied to the same columns of a restored row.
+# The API's validators of what a client writes, applied to the same columns of a restored row
+# (a snapshot is untrusted input): identifiers (they become log paths and URLs), free-form
+# fields, the payload a worker is handed, labels, the bounded numbers, and every state and kind
+# the code reads back as one of a fixed set. A row that passed them cannot make a later read or
+# claim fail.
+RUN_STATE = Literal["running", "success", "failed"]
+FAILURE_KIND = Literal["app", "infra"] | None
+OUTCOME_KIND = Literal["success", "app", "infra", "rescheduled"] | None
+Count = Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)]
 RULES: dict[str, dict[str, TypeAdapter[Any]]] = {
     table: {column: TypeAdapter(kind) for column, kind in columns.items()}
     for table, columns in {
-        "dag_runs": {"dag_id": Ident, "run_id": RunId, "conf": FreeForm},
+        "dag_runs": {"dag_id": Ident, "run_id": RunId, "conf": FreeForm, "state": RUN_STATE},
         "task_instances": {"dag_id": Ident, "run_id": RunId, "task_id": Ident, "upstream_task_ids": list[Ident],
-                           "queue": RouteName, "pool": RouteName},
+                           "queue": RouteName, "pool": RouteName, "payload": Payload, "state": State,
+                           "last_failure_kind": FAILURE_KIND, "priority_weight": PriorityWeight,
+                           "pool_slots": Slots, "try_number": Count, "max_tries": Count, "attempt_epoch": Count,
+                           "infra_attempts": Count, "retries": Count, "max_infra_attempts": Count},
+        "task_instance_history": {"state": State, "last_failure_kind": FAILURE_KIND, "try_number": Count,
+                                  "attempt_epoch": Count, "infra_attempts": Count},
+        "task_attempts": {"state": AttemptState, "outcome_kind": OUTCOME_KIND, "try_number": Count,
+                          "attempt_epoch": Count},
         "pools": {"name": RouteName, "slots": Slots},
-        "seats": {"name": SeatName},
-        "executions": {"seat": SeatName},
+        "seats": {"name": SeatName, "labels": Labels},
+        "executions": {"seat": SeatName, "labels": Labels},
     }.items()
 }
 SHOWN = 20  # offending rows named in the detail
@@ -103,8 +118,10 @@ def _offending(name: str, rows: Any) -> list[str]:
         if why := unstorable(row, ""):
             found.append(f"{name}[{n}]: {why}")
         for column, rule in RULES.get(name, {}).items():
+            if column not in row:
+                continue  # the column's default, or the load below names it missing
             try:
-                rule.validate_python(row.get(column))
+                rule.validate_python(row[column])
             except ValidationError as exc:
                 found.append(f"{name}[{n}].{column}: {exc.errors()[0]['msg']}")
     return found

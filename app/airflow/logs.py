@@ -7,6 +7,7 @@ assembled in memory.
 """
 
 import codecs
+import itertools
 import json
 import re
 import uuid
@@ -189,7 +190,11 @@ def answer(session: Session, store: LogStore, body: Callable[[LogStore], Iterato
         commit(session)
         return Response(whole, media_type=media_type, headers=headers)
     commit(session)
-    return StreamingResponse(body(store), media_type=media_type, headers=headers)
+    parts = body(store)
+    # Its first part (64 KiB and more: store bytes) is made now, so that a store that cannot be
+    # read answers 503 before anything is sent, not a 200 cut short (issue 30).
+    first = next(parts, b"")
+    return StreamingResponse(itertools.chain((first,), parts), media_type=media_type, headers=headers)
 
 
 def json_string_stream(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:

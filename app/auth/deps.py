@@ -55,6 +55,27 @@ def operator_token(request: Request, username: str) -> str:
     return tokens.mint_operator(installation(request).keyring, username, ttl_seconds=ttl)
 
 
+def bearer_allows(state: Any, headers: list[tuple[bytes, bytes]], scopes: tuple[str, ...]) -> bool:
+    """Whether `headers` (a request's, as the ASGI scope holds them) carry a valid bearer token of
+    one of `scopes` for the installation in `state` (the application's): what the ingress asks
+    before it lets a route's large body in (app/web/ingress.py). Pure CPU, like verified_claims;
+    the route's own dependency still decides what the caller may do."""
+    installation = getattr(state, "installation", None)
+    if installation is None:  # not started
+        return False
+    for name, value in headers:
+        if name == b"authorization":
+            kind, _, credentials = value.decode("latin-1").partition(" ")
+            if kind.lower() != "bearer":
+                return False
+            try:
+                tokens.decode(installation.keyring, credentials.strip(), scopes=scopes)
+            except (tokens.InvalidToken, tokens.WrongScope):
+                return False
+            return True
+    return False
+
+
 def verified_claims(request: Request, bearer: HTTPAuthorizationCredentials | None, *scopes: str) -> dict[str, Any]:
     """The claims of the bearer token, which must have one of `scopes`; else 401/403. Pure CPU
     (the key ring is read once, at start), so the dependencies built on it are `async`: they

@@ -1,11 +1,18 @@
 """Login throttling (contract 7): a password check that keeps failing is slowed down.
 
-Each failed check is a row against two subjects, the username and the client address, in the
-database, so every replica counts the same failures. After USERNAME_LIMIT failures for one
-username within WINDOW, or ADDRESS_LIMIT from one address, the next check waits: 1 s after the
-failure that reached the limit, doubling with each failure after it, at most 60 s. While it
-waits, every check of that username or from that address is refused (429, `Retry-After`)
-without looking at the password. A success forgets the username's failures.
+Each failed check is a row against two subjects, the username as tried from the client's
+address and the client address alone, in the database, so every replica counts the same
+failures. After USERNAME_LIMIT failures for one username from one address within WINDOW, or
+ADDRESS_LIMIT from one address, the next check from there waits: 1 s after the failure that
+reached the limit, doubling with each failure after it, at most 60 s. While it waits, every
+check of that username from that address, or any check from that address, is refused (429,
+`Retry-After`) without looking at the password. A success forgets the username's failures
+from that address.
+
+The username's count is kept per address so that no stranger can lock the owner out: an
+attacker anywhere sending wrong passwords for `admin` is slowed down at its own addresses,
+while the owner's right password from another address is let through (issue 30). Where the
+server cannot tell the address, the username alone is the subject.
 """
 
 import hashlib
@@ -38,9 +45,16 @@ class Caller:
     address: str | None
 
     @property
+    def username_subject(self) -> str:
+        """The username as tried from this address (the username alone when the address is unknown)."""
+        if self.address is None:
+            return _subject("username", self.username)
+        return _subject("username-at", f"{self.username}\0{self.address}")
+
+    @property
     def limits(self) -> dict[str, int]:
         """Each subject the caller's failures count against, with its limit."""
-        limits = {_subject("username", self.username): USERNAME_LIMIT}
+        limits = {self.username_subject: USERNAME_LIMIT}
         if self.address is not None:
             limits[_subject("address", self.address)] = ADDRESS_LIMIT
         return limits
@@ -66,7 +80,7 @@ def standing(*, session: Session, caller: Caller, now: datetime) -> Standing:
         if count >= limits[subject]:
             pause = min(LONGEST_WAIT_SECONDS, FIRST_WAIT_SECONDS * 2 ** (count - limits[subject]))
             wait = max(wait, math.ceil((last + timedelta(seconds=pause) - now).total_seconds()))
-    return Standing(wait, counts.get(_subject("username", caller.username), 0))
+    return Standing(wait, counts.get(caller.username_subject, 0))
 
 
 def failed(*, session: Session, caller: Caller, now: datetime) -> None:
@@ -78,8 +92,8 @@ def failed(*, session: Session, caller: Caller, now: datetime) -> None:
 
 
 def succeeded(*, session: Session, caller: Caller) -> None:
-    """Forget the username's failures (its address's stay counted)."""
-    session.execute(delete(LoginFailure).where(LoginFailure.subject == _subject("username", caller.username)))
+    """Forget the username's failures from the caller's address (the address's stay counted)."""
+    session.execute(delete(LoginFailure).where(LoginFailure.subject == caller.username_subject))
 
 
 def throttled(wait_seconds: int) -> AppError:

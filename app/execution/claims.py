@@ -4,6 +4,7 @@ queues begun in the same turn of the event loop, which looks and claims (dispatc
 in one claim thread and one transaction."""
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from app.execution.hub import Hub, wait_for_work
 from app.execution.schemas import Correlation, WorkItem
 from app.telemetry import tracing
 
+log = logging.getLogger("fenceline.claims")
 A = TypeVar("A")
 # The most claim attempts one batch takes (its transaction holds the pools' lock for all of
 # them: beyond this, the next ones go in a batch of their own, answered sooner).
@@ -182,7 +184,7 @@ class Claims:
                     try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, tenant_id=ti.tenant_id,
                     trace_id=ti.trace_id)
                 token = tokens.mint_attempt(keyring, ti, asks[n].execution_id, ttl_seconds=ttl)
-                items.append(WorkItem(payload=ti.payload, correlation=correlation, attempt_token=token))
+                items.append(WorkItem(payload=_payload(ti), correlation=correlation, attempt_token=token))
             answers[n] = (items, asks[n].waits and got.held_back)
         return answers
 
@@ -212,3 +214,14 @@ class Claims:
 async def departed(asks: list[Ask]) -> list[int]:
     """The places in `asks` of those whose clients have left."""
     return [n for n, ask in enumerate(asks) if await ask.gone()]
+
+
+def _payload(ti: Any) -> dict[str, Any]:
+    """The claimed row's payload; a row whose payload is no object (written past the API, by hand
+    or by a restore from before restores were checked) is handed over empty, so the agent
+    refuses it and reports it, instead of the claim, and every claim on its queue, failing."""
+    if isinstance(ti.payload, dict):
+        return ti.payload
+    log.error("task instance %s has a payload that is not an object (%s); handed over empty",
+              ti.id, type(ti.payload).__name__)
+    return {}

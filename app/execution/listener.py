@@ -13,7 +13,8 @@ from app.db.dialect import libpq_conninfo
 from app.orchestration.events import CHANNEL, Ready
 
 log = logging.getLogger("fenceline.wakeups")
-RECONNECT_CAP_SECONDS = 10.0
+RECONNECT_CAP_SECONDS = 5.0  # back within a few seconds of the database
+CONNECT_TIMEOUT_SECONDS = 5  # a database that does not answer at all (a cut network) is tried again
 
 
 async def listen(url: URL, on_event: Callable[[Ready], None], on_listening: Callable[[bool], None]) -> None:
@@ -29,8 +30,9 @@ async def listen(url: URL, on_event: Callable[[Ready], None], on_listening: Call
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(
-                    conninfo, autocommit=True, keepalives=1, keepalives_idle=30, keepalives_interval=10,
-                    keepalives_count=3) as conn:  # a connection dead without a word: lost within a minute
+                    conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS, keepalives=1,
+                    keepalives_idle=30, keepalives_interval=10, keepalives_count=3) as conn:
+                # keepalives: a connection dead without a word is lost within a minute
                 conn.add_notify_handler(notified)  # also what arrives while LISTEN runs
                 await conn.execute(f"LISTEN {CHANNEL}")
                 on_listening(True)

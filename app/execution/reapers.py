@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy import Connection, Engine, or_, select, text
-from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from app.auth.attempt_key import AttemptKey
@@ -177,24 +176,43 @@ class ReaperThread:
             except Exception:  # a failed sweep must not stop the next one
                 log.exception("reaper sweep failed")
         if leader is not None:
-            leader.close()
+            _discard(leader)
 
     def _lead(self, leader: Connection | None) -> Connection | None:
         """The connection holding the leader lock, kept (checked with a trivial query) or newly
-        won; None while another process holds it."""
+        won; None while another process holds it, or while the database cannot be reached.
+        Never raises: a connection that failed in any way (a DBAPIError, or SQLAlchemy's own
+        ResourceClosedError once it was closed under us) is dropped, never kept, so the sweeps
+        resume at the first interval after the database returns."""
         if leader is not None:
             try:
                 leader.execute(text("SELECT 1")).scalar()
                 leader.commit()
                 return leader
-            except DBAPIError:  # the connection, and with it the lock, is gone
-                leader.invalidate()
-                leader.close()
-        conn = self.engine.connect()
-        won = dialect_of(conn).try_lead(conn, LEADER_LOCK_KEY)
-        conn.commit()
+            except Exception:  # the connection, and with it the lock, is gone
+                _discard(leader)
+        conn = None
+        try:
+            conn = self.engine.connect()
+            won = dialect_of(conn).try_lead(conn, LEADER_LOCK_KEY)
+            conn.commit()
+        except Exception as exc:  # the database is away: try again at the next interval
+            log.warning("reaper could not reach the database (%s: %s); trying again in %.1fs",
+                        type(exc).__name__, exc, self.settings.reaper_interval_seconds)
+            if conn is not None:
+                _discard(conn)
+            return None
         if not won:
             conn.close()
             return None
         print(f"fenceline: this process (pid {os.getpid()}) runs the reaper's sweeps", flush=True)
         return conn
+
+
+def _discard(conn: Connection) -> None:
+    """Give `conn` up for good, whatever state it is in."""
+    try:
+        conn.invalidate()
+        conn.close()
+    except Exception:  # closed already, or its socket is gone: nothing is left to release
+        log.debug("discarding the reaper's connection failed", exc_info=True)

@@ -35,12 +35,15 @@ def parse_target(backend: str, target: dict[str, Any] | None) -> KubernetesTarge
     return None if target is None else LocalTarget.model_validate(target)
 
 
+Labels = dict[str, str]  # a seat's and an execution's labels, as clients write them
+
+
 class SeatRecord(Strict):
     """The plain seat record, as a plain writer sends it."""
 
     swarm: Annotated[str, StringConstraints(min_length=1, max_length=128)]
     role: Annotated[str, StringConstraints(max_length=128)] | None = None
-    labels: dict[str, str] = {}
+    labels: Labels = {}
 
 
 class SeatPut(SeatRecord):
@@ -86,7 +89,7 @@ class ExecutionPatch(Strict):
     seat: str | None = None
     swarm: str | None = None
     role: str | None = None
-    labels: dict[str, str] | None = None
+    labels: Labels | None = None
     generation: int | None = None
     previous_execution_id: uuid.UUID | None = None
     runtime_backend: RuntimeBackend | None = None

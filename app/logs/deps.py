@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from app.logs.store import LogStore, LogStoreFault, LogStoreFull
 from app.telemetry.metrics import log_store_errors
+from app.web.deps import SAFE_METHODS
 from app.web.problems import render
 
 log = logging.getLogger("fenceline")
@@ -22,8 +23,9 @@ StoreDep = Annotated[LogStore, Depends(log_store)]
 
 
 def install_fault_handler(app: FastAPI) -> None:
-    """A LogStoreFault answers 507 log-store-full or 503 log-store-unavailable: the store recorded
-    nothing, and an agent keeps its unshipped log and sends it again."""
+    """A LogStoreFault answers 507 log-store-full or 503 log-store-unavailable: on a write, the
+    store recorded nothing, and an agent keeps its unshipped log and sends it again; on a read,
+    nothing of the log was sent."""
 
     @app.exception_handler(LogStoreFault)
     async def _log_store_fault(request: Request, exc: LogStoreFault) -> JSONResponse:
@@ -32,6 +34,9 @@ def install_fault_handler(app: FastAPI) -> None:
         if isinstance(exc, LogStoreFull):
             return render(request, 507, "log-store-full", "Log store full",
                           f"The log store has no room; nothing was written ({exc}).")
-        return render(request, 503, "log-store-unavailable", "Log store unavailable",
-                      f"The log store cannot be used now; nothing was written ({exc}). Retry later.",
+        if request.method in SAFE_METHODS:  # a read: nothing was sent yet (app/logs/service.py read)
+            detail = f"The log store cannot be read now ({exc}). Retry later."
+        else:
+            detail = f"The log store cannot be used now; nothing was written ({exc}). Retry later."
+        return render(request, 503, "log-store-unavailable", "Log store unavailable", detail,
                       headers={"Retry-After": "5"})

@@ -64,8 +64,11 @@ class S3LogStore(ChunkedLogStore):
     def __init__(self, url: str, engine: Engine, *, timeout_seconds: float = 10.0, client: Any = None) -> None:
         self.bucket, self.prefix = parse(url)
         super().__init__(f"s3://{self.bucket}/{self.prefix}".rstrip("/"), engine)
-        config = Config(connect_timeout=timeout_seconds, read_timeout=timeout_seconds,
-                        retries={"max_attempts": 3, "mode": "standard"})
+        # The setting bounds one operation: a single attempt (botocore's own retries made one
+        # append take four times the setting), its connect and its wait for an answer sharing it.
+        # The agent resends what a 503 refused, so a retry here would only hold the request longer.
+        config = Config(connect_timeout=timeout_seconds / 2, read_timeout=timeout_seconds / 2,
+                        retries={"total_max_attempts": 1, "mode": "standard"})
         self.client = client or boto3.session.Session().client("s3", config=config)
 
     def _object(self, key: str) -> str:

@@ -147,7 +147,21 @@ def try_log(*, session: Session, store: LogStore, ti: TaskInstance | Row, try_nu
 
 
 def read(store: LogStore, log: TryLog, start: int = 0, end: int | None = None) -> Iterator[bytes]:
-    """The bytes of `log` in [start, end), streamed segment by segment."""
+    """The bytes of `log` in [start, end), streamed segment by segment. The store's first read
+    is begun before this answers: a store that cannot be read raises its LogStoreFault here,
+    before a byte of the response is sent (a 503), not after the first system line went out as a
+    200. A read that fails later raises from the iterator, and the server aborts the response."""
+    parts = list(_parts(log, start, end))
+    for n, part in enumerate(parts):
+        if not isinstance(part, bytes):
+            opened = store.read(*part)
+            first = next(opened, None)
+            return _stream(store, parts, n, first, opened)
+    return iter(parts)  # type: ignore[arg-type]  (only system lines: nothing to read from the store)
+
+
+def _parts(log: TryLog, start: int, end: int | None) -> Iterator[bytes | tuple[str, int, int]]:
+    """What [start, end) of `log` is made of: system lines, and (key, start, end) reads of streams."""
     end = log.size if end is None else min(end, log.size)
     position = 0
     for seg in log.segments:
@@ -160,4 +174,19 @@ def read(store: LogStore, log: TryLog, start: int = 0, end: int | None = None) -
         if lo < header:
             yield seg.header[lo:min(hi, header)]
         if hi > header and seg.key is not None:
-            yield from store.read(seg.key, max(lo, header) - header, hi - header)
+            yield seg.key, max(lo, header) - header, hi - header
+
+
+def _stream(store: LogStore, parts: list[bytes | tuple[str, int, int]], opened_at: int, first: bytes | None,
+            opened: Iterator[bytes]) -> Iterator[bytes]:
+    for n, part in enumerate(parts):
+        if n < opened_at:
+            yield part  # type: ignore[misc]  (the system lines before the first stream)
+        elif n == opened_at:
+            if first is not None:
+                yield first
+            yield from opened
+        elif isinstance(part, bytes):
+            yield part
+        else:
+            yield from store.read(*part)

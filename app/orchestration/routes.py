@@ -9,7 +9,7 @@ from pydantic import Field, StringConstraints
 
 # Queue and pool names appear in URLs and on the dashboard: the identifiers' alphabet.
 RouteName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,249}$")]
-PriorityWeight = Annotated[int, Field(ge=-1_000_000, le=1_000_000)]
+PriorityWeight = Annotated[int, Field(ge=-1_000_000, le=1_000_000, strict=True)]  # strict: `false` is no weight
 DEFAULT_POOL = "default_pool"  # Airflow's default
 DEFAULT_QUEUE = "default"
 

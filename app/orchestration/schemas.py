@@ -61,7 +61,7 @@ class TaskCreate(Strict):
     idempotent: bool = True
     queue: RouteName = Field(DEFAULT_QUEUE, description="Only claims serving this queue take the task.")
     pool: RouteName = Field(DEFAULT_POOL, description="The pool whose slots the task holds while queued or running.")
-    pool_slots: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    pool_slots: Annotated[int, Field(ge=1, le=1_000_000, strict=True)] = 1
     priority_weight: PriorityWeight = Field(1, description="Higher weights are claimed first.")
 
 

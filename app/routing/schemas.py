@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field, StringConstraints
 from app.orchestration.routes import RouteName
 from app.web.schemas import Strict
 
-Slots = Annotated[int, Field(ge=0, le=1_000_000)]
+Slots = Annotated[int, Field(ge=0, le=1_000_000, strict=True)]  # strict: `false` is no count
 
 
 class PoolCreate(Strict):
@@ -41,7 +41,7 @@ class PoolsPublic(BaseModel):
 
 
 class TenantCap(Strict):
-    max_running: Annotated[int, Field(ge=0, le=1_000_000)]
+    max_running: Annotated[int, Field(ge=0, le=1_000_000, strict=True)]
 
 
 class TenantPublic(BaseModel):

@@ -103,6 +103,14 @@ tokens_without_audience = Counter(
     ["kind"],
 )
 
+# --- HTTP connections (per process; summed over the live processes) ------------------------
+http_connections_open = Gauge("fenceline_http_connections_open",
+                              "HTTP connections open now (each holds a file descriptor: waiting claims included).",
+                              multiprocess_mode="livesum")
+http_heads_refused = Counter("fenceline_http_heads_refused",
+                             "Request heads refused before routing: too large (431) or not finished in time "
+                             "(timeout), by reason.", ["reason"])
+
 # --- the database pool (per process; summed over the live processes of a multi-process server) --
 db_pool_in_use = Gauge("fenceline_db_pool_connections_in_use", "Database connections checked out of the pool.",
                        multiprocess_mode="livesum")

@@ -1,11 +1,16 @@
 """Dependencies every router shares: the request's one transaction, in its kinds."""
 
+import json
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
+
+from app.web.ingress import PARSED_JSON
 
 SAFE_METHODS = ("GET", "HEAD")
 
@@ -54,3 +59,26 @@ async def get_single_statement_session(request: Request) -> AsyncIterator[Sessio
 
 SingleStatementDep = Annotated[Session, Depends(get_single_statement_session, scope="function")]
 
+
+
+async def json_object_body(request: Request) -> dict[str, Any]:
+    """The request's body, a JSON object, as the ingress parsed it (off the event loop when it
+    is large), for a route that takes a large body and must not parse it a second time. Such a
+    route declares its body in `openapi_extra` (JSON_OBJECT_BODY)."""
+    value = request.scope.get(PARSED_JSON)
+    if value is None:  # malformed JSON (or a form): said as FastAPI says it
+        body = await request.body()
+        try:
+            value = await anyio.to_thread.run_sync(json.loads, body)
+        except ValueError as exc:
+            raise RequestValidationError([{"loc": ("body",), "msg": f"JSON decode error: {exc}",
+                                           "type": "json_invalid", "input": {}}]) from exc
+    if not isinstance(value, dict):
+        raise RequestValidationError([{"loc": ("body",), "msg": "Input should be a valid dictionary",
+                                       "type": "dict_type", "input": value}])
+    return value
+
+
+JsonObjectDep = Annotated[dict[str, Any], Depends(json_object_body)]
+JSON_OBJECT_BODY = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": {"type": "object", "additionalProperties": True, "title": "Document"}}}}}

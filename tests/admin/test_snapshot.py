@@ -167,3 +167,38 @@ class TestRestoreHoldsRowsToTheApisRules:
         tables["dag_runs"][0]["conf"] = conf
         problem = assert_problem(restore(Operator(fresh_client), document), 422, "invalid-snapshot")
         assert "executions[0].seat" in problem["detail"] and "dag_runs[0].conf" in problem["detail"]
+
+
+class TestRestoreHoldsEveryRowToTheWriteSchemas:
+    """Issue 30, item 6: rows the API would never have written (a payload that is no payload, a
+    kind or a state outside its set, labels that are no labels) are refused, named, and change
+    nothing; restored before, each answered 500 on every later read or claim."""
+
+    @pytest.mark.parametrize("table, row, column, value", [
+        ("task_instances", 0, "payload", "echo hi"),
+        ("task_instances", 0, "payload", ["echo", "hi"]),
+        ("task_instances", 0, "payload", {"command": "echo hi"}),
+        ("task_instances", 0, "last_failure_kind", "weird"),
+        ("task_instances", 0, "state", "limbo"),
+        ("task_instances", 0, "priority_weight", 10**12),
+        ("task_instances", 0, "try_number", -1),
+        ("dag_runs", 0, "state", "half-done"),
+        ("seats", 0, "labels", ["x"]),
+        ("seats", 0, "labels", {"team": 7}),
+        ("executions", 0, "labels", "x"),
+        ("task_attempts", 0, "state", "lost"),
+    ], ids=["payload-string", "payload-list", "payload-command-string", "failure-kind", "ti-state",
+            "priority-past-bounds", "negative-try", "run-state", "labels-list", "label-not-text",
+            "execution-labels", "attempt-state"])
+    def test_a_row_the_api_would_not_write_is_named_and_nothing_restored(self, operator, fresh_client, table, row,
+                                                                           column, value):
+        operator.create_run(task("a"))
+        operator.put("/v1/seats/plain", json={"swarm": "etl", "labels": {"team": "a"}})
+        Worker(operator).claim_one()
+        document = operator.get("/v1/admin/snapshot").json()
+        document["tables"][table][row][column] = value
+        fresh = Operator(fresh_client)
+        problem = assert_problem(restore(fresh, document), 422, "invalid-snapshot")
+        assert f"{table}[{row}].{column}" in problem["detail"]
+        assert as_migrated(fresh.get("/v1/admin/snapshot").json()["tables"])
+        assert Worker(fresh).claim_response().status_code == 200

@@ -136,3 +136,37 @@ class TestAddress:
         clock_held(engine)
         throttled(login(proxied, ADMIN_PASSWORD, **{"X-Forwarded-For": "10.0.0.1"}), 1)
         assert login(proxied, ADMIN_PASSWORD, **{"X-Forwarded-For": "10.0.0.2"}).status_code == 201
+
+
+class TestNoStrangerLocksTheOwnerOut:
+    """Issue 30, item 5: the username's count is kept per address, so an attacker sending wrong
+    passwords is slowed down at its own addresses while the owner's right password from another
+    address is let through."""
+
+    ATTACKER, OWNER = {"X-Forwarded-For": "10.0.0.66"}, {"X-Forwarded-For": "10.0.0.1"}
+
+    @pytest.mark.parametrize("surface", ["token", "basic-api-v1"])
+    def test_the_attacker_is_slowed_and_the_owner_let_in(self, make_client, engine, surface):
+        proxied = make_client(trusted_proxies=["testclient"])
+        for _ in range(5):
+            assert login(proxied, "wrong", **self.ATTACKER).status_code == 401
+        clock_held(engine)
+        throttled(login(proxied, "wrong", **self.ATTACKER), 1)
+        throttled(login(proxied, ADMIN_PASSWORD, **self.ATTACKER), 1)
+        if surface == "token":
+            assert login(proxied, ADMIN_PASSWORD, **self.OWNER).status_code == 201
+        else:
+            assert proxied.get("/api/v1/dags", headers={**basic("admin", ADMIN_PASSWORD), **self.OWNER}).status_code \
+                == 200
+        throttled(login(proxied, "wrong", **self.ATTACKER), 1)  # the owner's success forgave the attacker nothing
+
+    def test_an_attacker_at_many_addresses_is_slowed_at_each(self, make_client, engine):
+        proxied = make_client(trusted_proxies=["testclient"])
+        spread = [{"X-Forwarded-For": f"10.0.1.{n}"} for n in range(4)]
+        for headers in spread:
+            for _ in range(5):
+                assert login(proxied, "wrong", **headers).status_code == 401
+        clock_held(engine)
+        for headers in spread:
+            throttled(login(proxied, "wrong", **headers), 1)
+        assert login(proxied, ADMIN_PASSWORD, **self.OWNER).status_code == 201

@@ -4,9 +4,12 @@ log-store-unavailable; nothing is recorded, the connection stays open, and each 
 import errno
 import http.client
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from app.logs.store import LogStoreUnavailable
 from app.main import create_app
 from tests.api import Operator, Worker, assert_problem
 from tests.conftest import LiveServer, app_settings
@@ -94,3 +97,69 @@ def test_the_connection_stays_open(db_url, engine):
         conn.request("GET", "/health")
         assert conn.getresponse().status == 200
         conn.close()
+
+
+class ReadFailingStore:
+    """A log store whose reads fail with the store's fault: at once (`after` None, the store
+    down), or once `after` pieces of a stream were read (the store lost midway)."""
+
+    def __init__(self, store: Any, after: int | None = None) -> None:
+        self.store, self.after = store, after
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def read(self, key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        if self.after is None:
+            raise LogStoreUnavailable("the bucket cannot be reached: injected", "bucket_unavailable")
+        for n, piece in enumerate(self.store.read(key, start, end)):
+            if n >= self.after:
+                raise LogStoreUnavailable("the bucket cannot be reached: injected", "bucket_unavailable")
+            yield piece
+
+
+class TestUnreadableStore:
+    """Issue 30, item 7: a read that cannot start is 503 with a read's wording; a read that fails
+    midway aborts the connection, never ends the body as if it were complete."""
+
+    @pytest.fixture(scope="class")
+    def server(self, db_url, engine):
+        app = create_app(app_settings(db_url, log_store="file"))
+        with LiveServer(app) as server:
+            server.app = app
+            yield server
+
+    def logged_attempt(self, server):
+        operator = Operator(server.client())
+        attempt = running_attempt(operator)
+        for n in range(4):
+            attempt.append_log(n * 300_000, "x" * 299_999 + "\n")
+        return operator, attempt
+
+    def test_a_read_that_cannot_start_is_503_saying_so(self, server):
+        operator, attempt = self.logged_attempt(server)
+        store, server.app.state.log_store = server.app.state.log_store, ReadFailingStore(server.app.state.log_store)
+        try:
+            native = assert_problem(operator.get(f"/v1/task-instances/{attempt.ti_id}/tries/1/log"), 503,
+                                    "log-store-unavailable")
+            airflow = operator.get(f"/api/v2/dags/dag/dagRuns/run/taskInstances/{attempt.task_id}/logs/1")
+            assert airflow.status_code == 503  # in Airflow 3's shape: {"detail": ...}
+            for detail in (native["detail"], airflow.json()["detail"]):
+                assert "cannot be read now" in detail and "written" not in detail
+        finally:
+            server.app.state.log_store = store
+
+    def test_a_read_that_fails_midway_aborts_the_response(self, server):
+        operator, attempt = self.logged_attempt(server)
+        store, server.app.state.log_store = server.app.state.log_store, ReadFailingStore(server.app.state.log_store, 1)
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request("GET", f"/v1/task-instances/{attempt.ti_id}/tries/1/log", headers=operator.headers)
+            resp = conn.getresponse()
+            assert resp.status == 200
+            with pytest.raises(http.client.IncompleteRead):
+                resp.read()
+            conn.close()
+        finally:
+            server.app.state.log_store = store
+        assert len(operator.log(attempt.ti_id)) > 1_200_000  # whole again once the store reads

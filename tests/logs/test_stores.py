@@ -2,13 +2,15 @@
 gaps, replicas racing at one offset, listing and removal, the probe, and faults."""
 
 import os
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlmodel import Session
 
-from app.logs.store import LogConflict, LogGap
+from app.logs.s3 import S3LogStore
+from app.logs.store import LogConflict, LogGap, LogStoreUnavailable
 from app.main import create_app
 from tests.api import Operator, Worker, assert_problem
 from tests.concurrency import BARRIER_TIMEOUT, race
@@ -149,3 +151,31 @@ class TestFaults:
         with Session(engine) as session:
             assert store.size(f"dag/run/t/-1/1.e{attempt.epoch}.log", session=session) is None
         assert list(store.keys()) == []
+
+    def test_a_bucket_that_never_answers_is_asked_once(self, engine, monkeypatch):
+        """Issue 30: botocore's own retries made one append take several times the timeout
+        setting. A bucket that accepts connections and never answers is asked once."""
+        listener = socket.create_server(("127.0.0.1", 0))
+        accepted: list[socket.socket] = []
+
+        def accept() -> None:
+            while True:
+                try:
+                    accepted.append(listener.accept()[0])
+                except OSError:
+                    return
+
+        threading.Thread(target=accept, daemon=True).start()
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{listener.getsockname()[1]}")
+        for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"),
+                            ("AWS_DEFAULT_REGION", "us-east-1")):
+            monkeypatch.setenv(name, value)
+        store = S3LogStore("s3://silent/logs", engine, timeout_seconds=0.4)
+        try:
+            with Session(engine) as session, pytest.raises(LogStoreUnavailable):
+                store.append(KEY, 0, b"line\n", session=session)
+            assert len(accepted) == 1
+        finally:
+            listener.close()
+            for conn in accepted:
+                conn.close()
