@@ -5,37 +5,25 @@ drops it at the end. The schema is built by the migrations, and tables are empti
 tests rather than wrapping each test in a transaction, so races get real connections.
 """
 
-import os
 import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 from sqlmodel import Session
 
-from app.config import Settings
 from app.db import make_engine, metadata
 from app.main import create_app
 from app.ops.migrate import upgrade
 from app.routing.models import DEFAULT_POOL, DEFAULT_POOL_SLOTS, Pool
-from tests.api import ADMIN_PASSWORD, Operator
-from tests.databases import BACKENDS, throwaway_database
+from tests.support.api import Operator
+from tests.support.databases import BACKENDS, throwaway_database
+from tests.support.s3 import moto_s3
+from tests.support.servers import LiveServer
+from tests.support.settings import TEST_DATA_DIR, app_settings
 
-# Log files and anything else the app keeps on disk go here, never into the working tree.
-TEST_DATA_DIR = Path(tempfile.mkdtemp(prefix="fenceline-test-"))
-JWT_SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
 MIGRATED_DEFAULT_POOL = {"name": DEFAULT_POOL, "slots": DEFAULT_POOL_SLOTS, "description": "Default pool"}
 
 
@@ -87,15 +75,6 @@ def is_postgres(db_url: str) -> bool:
     return db_url.startswith("postgresql")
 
 
-def app_settings(db_url: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "database_url": db_url, "admin_password": ADMIN_PASSWORD, "jwt_secret": JWT_SECRET,
-        # Tests sweep on demand (POST /v1/admin/reap) and re-place without waiting.
-        "reaper_interval_seconds": 0, "infra_backoff_base_seconds": 0, "data_dir": TEST_DATA_DIR, **overrides,
-    }
-    return Settings(**values)
-
-
 @pytest.fixture
 def make_client(db_url: str, engine: Engine) -> Iterator[Callable[..., TestClient]]:
     """Build a TestClient for an app with the test settings plus overrides."""
@@ -136,38 +115,6 @@ def operator(client: TestClient) -> Operator:
     return Operator(client)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiveServer:
-    """A real uvicorn server on a loopback port, in a thread."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> "LiveServer":
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("live server did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
-
-    def client(self, **kwargs: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=60, **kwargs)
-
-
 @pytest.fixture
 def live_server(db_url: str, engine: Engine) -> Iterator[LiveServer]:
     with LiveServer(create_app(app_settings(db_url))) as server:
@@ -186,37 +133,10 @@ S3_BUCKET = "fenceline-test"
 
 @pytest.fixture(scope="session")
 def s3_bucket() -> Iterator[str]:
-    """A bucket on moto's standalone server, the S3-compatible stand-in (this machine has no
-    MinIO): a real HTTP endpoint on a loopback port that boto3 talks to as to any bucket. The
-    standard AWS_* variables point every client of this test session (and the servers it
-    starts) at it."""
+    """A bucket on moto's S3 server (tests.support.s3), which every client of this test session
+    (and the servers it starts) is pointed at."""
     import boto3
 
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    variables = {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                 "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(endpoint, timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("moto's S3 server did not start") from None
-                time.sleep(0.1)
+    with moto_s3():
         boto3.client("s3").create_bucket(Bucket=S3_BUCKET)
         yield S3_BUCKET
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        process.terminate()
-        process.wait(timeout=20)

@@ -19,11 +19,11 @@ from app.db import DatabaseFault, database_fault
 from app.main import create_app
 from app.ops.migrate import upgrade
 from app.web.deps import SessionDep
-from tests.api import Operator, assert_problem, task
-from tests.conftest import app_settings
-from tests.databases import PG_ADMIN_URL, throwaway_database
-from tests.filesystems import small_filesystem
-from tests.tcp_proxy import TcpProxy
+from tests.support.api import Operator, assert_problem, task
+from tests.support.databases import PG_ADMIN_URL, throwaway_database
+from tests.support.filesystems import small_filesystem
+from tests.support.settings import app_settings
+from tests.support.tcp_proxy import TcpProxy
 
 
 def run_body(run_id: str, conf_bytes: int = 0) -> dict:

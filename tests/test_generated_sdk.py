@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api import ADMIN_PASSWORD
+from tests.support.api import ADMIN_PASSWORD
 
 BIN = Path(sys.executable).parent
 # What openapi-generator 7.26 prints for every document: it has not finished OpenAPI 3.1 support

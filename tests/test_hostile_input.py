@@ -14,8 +14,8 @@ from sqlalchemy import insert
 from app.db import utcnow
 from app.ops.migrate import upgrade
 from app.orchestration.models import DagRun
-from tests.api import Operator, Worker, admission_body, assert_problem, bearer, task
-from tests.databases import throwaway_database
+from tests.support.api import Operator, Worker, admission_body, assert_problem, bearer, task
+from tests.support.databases import throwaway_database
 
 LONE_SURROGATE = '"\\ud800"'  # valid JSON, not valid Unicode
 

@@ -8,8 +8,8 @@ from sqlalchemy import make_url, text
 
 from app import __version__
 from app.ops.migrate import head_revision
-from tests.api import assert_problem
-from tests.tcp_proxy import TcpProxy
+from tests.support.api import assert_problem
+from tests.support.tcp_proxy import TcpProxy
 
 
 class TestHealth:

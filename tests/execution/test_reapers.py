@@ -13,8 +13,8 @@ from app.db import utcnow
 from app.execution import reapers
 from app.execution.key import AttemptKey
 from app.orchestration.rails import Backoff
-from tests.api import Worker, assert_stale, task
-from tests.concurrency import wait_for_lock_waits
+from tests.support.api import Worker, assert_stale, task
+from tests.support.concurrency import wait_for_lock_waits
 
 THRESHOLDS = reapers.Thresholds(agent_lost=timedelta(seconds=120), dispatch_lost=timedelta(seconds=600))
 NO_BACKOFF = Backoff(0)

@@ -5,9 +5,10 @@ from collections import Counter
 import pytest
 
 from app.main import create_app
-from tests.api import Operator, Worker, bearer, task
-from tests.concurrency import race
-from tests.conftest import LiveServer, app_settings
+from tests.support.api import Operator, Worker, bearer, task
+from tests.support.concurrency import race
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
 
 
 @pytest.fixture

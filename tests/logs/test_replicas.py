@@ -7,9 +7,9 @@ import uuid
 import httpx
 import pytest
 
-from tests.api import ADMIN_PASSWORD, Operator, Worker
-from tests.conftest import JWT_SECRET
-from tests.test_cli import Server, default_env
+from tests.support.api import ADMIN_PASSWORD, Operator, Worker
+from tests.support.servers import Served, clean_env
+from tests.support.settings import JWT_SECRET
 
 
 @pytest.fixture(params=["database", "s3"])
@@ -25,10 +25,10 @@ def replicas(db_url, engine, shared_store, tmp_path):
         pytest.skip("replicas on several machines share a PostgreSQL database")
     servers = []
     for name in ("a", "b"):
-        env = {**default_env(tmp_path / name), "FENCELINE_DATABASE_URL": db_url, "FENCELINE_LOG_STORE": shared_store,
+        env = {**clean_env(tmp_path / name), "FENCELINE_DATABASE_URL": db_url, "FENCELINE_LOG_STORE": shared_store,
                "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD, "FENCELINE_JWT_SECRET": JWT_SECRET,
                "FENCELINE_REAPER_INTERVAL_SECONDS": "0"}
-        servers.append(Server(tmp_path, env))
+        servers.append(Served(tmp_path, env))
     try:
         for server in servers:
             server.wait_healthy()

@@ -21,7 +21,7 @@ from app.orchestration import rails
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.orchestration.rails import Backoff, Outcome, apply_outcome
-from tests.api import Worker, task, ti_ids
+from tests.support.api import Worker, task, ti_ids
 
 NO_BACKOFF = Backoff(0, 0)
 

@@ -15,9 +15,10 @@ from app.db import utcnow
 from app.execution import dispatch
 from app.main import create_app
 from app.routing.models import Tenant
-from tests.api import Operator, Worker, bearer, json_of, task
-from tests.concurrency import race, wait_for_lock_waits
-from tests.conftest import LiveServer, app_settings
+from tests.support.api import Operator, Worker, bearer, json_of, task
+from tests.support.concurrency import race, wait_for_lock_waits
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
 
 
 @pytest.fixture

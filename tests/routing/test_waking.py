@@ -6,9 +6,9 @@ a wait that must not be woken is short, and its empty answer at its own deadline
 
 import pytest
 
-from tests.api import Attempt, Operator, Worker, json_of, task
-from tests.execution.test_waiting_claims import Waiting, hub, waiting_claims
-from tests.worker.conftest import wait_until
+from tests.support.api import Attempt, Operator, Worker, json_of, task
+from tests.support.claims import Waiting, hub, waiting_claims
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture

@@ -6,8 +6,9 @@ import pytest
 
 from app.worker.logship import utf8_cut
 from app.worker.process import classify, group_alive, task_env
-from tests.api import Operator, json_of
-from tests.worker.conftest import GATED, python_task, wait_until
+from tests.support.agents import GATED, python_task
+from tests.support.api import Operator, json_of
+from tests.support.waiting import wait_until
 
 
 class TestClassify:

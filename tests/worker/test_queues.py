@@ -1,7 +1,8 @@
 """`fenceline worker --queues`: a worker runs only the tasks of the queues it serves."""
 
-from tests.api import Operator
-from tests.worker.conftest import python_task, wait_until
+from tests.support.agents import python_task
+from tests.support.api import Operator
+from tests.support.waiting import wait_until
 
 
 def test_a_worker_claims_only_its_queues(serve, workers):

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 from app.worker.context import CRASH_AFTER_JOURNAL_ENV
 from app.worker.process import group_alive
-from tests.api import Operator, json_of
-from tests.worker.conftest import GATED, python_task, wait_until
+from tests.support.agents import GATED, python_task
+from tests.support.api import Operator, json_of
+from tests.support.waiting import wait_until
 
 CRASH_AFTER_JOURNAL = {CRASH_AFTER_JOURNAL_ENV: "1"}
 

@@ -1,7 +1,7 @@
 """Start-up refusals: each stops the worker with a status and a message that says why."""
 
-from tests.api import ADMIN_PASSWORD, Operator
-from tests.worker.conftest import wait_until
+from tests.support.api import ADMIN_PASSWORD, Operator
+from tests.support.waiting import wait_until
 
 
 class TestStartup:

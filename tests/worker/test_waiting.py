@@ -1,11 +1,13 @@
 """The worker claims by waiting on the server, not by polling."""
 
-from tests.api import Operator
-from tests.worker.conftest import python_task, wait_until
+from tests.support.agents import python_task
+from tests.support.api import Operator
+from tests.support.claims import hub
+from tests.support.waiting import wait_until
 
 
 def waiting_claims(server) -> int:
-    return server.server.config.app.state.wakeups.waiting
+    return hub(server).waiting
 
 
 class TestWaitingClaims:
