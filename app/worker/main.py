@@ -6,7 +6,7 @@ import sys
 
 from app.telemetry.logconfig import formatter
 from app.worker import tracing
-from app.worker.agent import EXIT_ERROR, Worker
+from app.worker.agent import EXIT_ERROR, EXIT_SETTINGS, Worker
 from app.worker.settings import from_args
 from app.worker.state import StateDirBusy
 
@@ -16,7 +16,7 @@ def run_worker(args: argparse.Namespace) -> int:
         settings = from_args(args)
     except (ValueError, OSError) as exc:
         print(f"fenceline worker: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_SETTINGS
     log = logging.getLogger(f"fenceline.worker.{settings.seat}")
     handler = logging.StreamHandler(sys.stderr)
     # app/telemetry/logconfig.py imports only the standard library: the worker still needs nothing of the server.

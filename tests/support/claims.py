@@ -9,11 +9,12 @@ from typing import Any
 import httpx
 from sqlalchemy import event
 
+from app.execution.schemas import MAX_CLAIM_WAIT_SECONDS
 from tests.support.api import Worker, json_of
 from tests.support.servers import LiveServer
 from tests.support.waiting import wait_until
 
-WAIT = 30  # the longest a claim may wait: far longer than any wake-up takes
+WAIT = MAX_CLAIM_WAIT_SECONDS  # the longest a claim may wait: far longer than any wake-up takes
 
 
 def hub(server: LiveServer) -> Any:

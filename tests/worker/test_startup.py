@@ -1,6 +1,13 @@
 """Start-up refusals: each stops the worker with a status and a message that says why."""
 
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.agents import REPO
 from tests.support.api import ADMIN_PASSWORD, Operator
+from tests.support.servers import clean_env
 from tests.support.waiting import wait_until
 
 
@@ -43,3 +50,22 @@ class TestStartup:
         assert intruder.proc.wait(timeout=30) == 3
         assert f"seat 'etl-a' is held by execution {operator.execution_of('etl-a')}" in intruder.output
         assert first.stop() == 0
+
+
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("FENCELINE_WORKER_CONCURRENCY", "abc", "'abc' is not a whole number"),
+    ("FENCELINE_WORKER_CONCURRENCY", "0", "must be at least 1, not 0"),
+    ("FENCELINE_WORKER_HEARTBEAT_INTERVAL", "soon", "'soon' is not a number of seconds"),
+    ("FENCELINE_WORKER_RUNTIME", "docker", "'docker' is not one of local, kubernetes"),
+    ("--claim-wait", "0", "must be above 0, not 0"),
+    ("--queues", " , ", "must name at least one queue"),
+])
+def test_a_setting_that_does_not_parse_stops_the_worker_with_one_line_and_status_2(name, value, said, tmp_path):
+    """Named by the flag or the variable it came from, before the worker does anything."""
+    flags, env = ([name, value], {}) if name.startswith("--") else ([], {name: value})
+    done = subprocess.run([sys.executable, "-m", "app.cli", "worker", "--state-dir", str(tmp_path / "state"), *flags],
+                          cwd=REPO, env={**clean_env(), "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD, **env},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"fenceline worker: {name}: {said}"]
+    assert not (tmp_path / "state").exists()

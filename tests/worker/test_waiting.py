@@ -34,3 +34,4 @@ class TestWaitingClaims:
         worker = workers(serve(), "etl-a", "--claim-wait", "31")
         assert worker.proc.wait(timeout=30) == 2
         assert "--claim-wait" in worker.output
+        assert "refused by the server: Input should be less than or equal to 30" in worker.output
