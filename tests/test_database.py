@@ -87,9 +87,8 @@ class TestFaults:
             assert resp.headers["retry-after"] == "1"
         assert operator.get("/v1/runs").status_code == 200
 
+    @pytest.mark.postgres_only("a SQLite file has no connection to lose")
     def test_a_lost_database_is_503_naming_the_connection(self, db_url):
-        if not db_url.startswith("postgresql"):
-            pytest.skip("a SQLite file has no connection to lose")
         url = make_url(db_url)
         with TcpProxy(url.host, url.port or 5432) as proxy, \
                 operator_on(str(url.set(host="127.0.0.1", port=proxy.port))) as client:

@@ -10,11 +10,11 @@ from tests.support.concurrency import race
 from tests.support.servers import LiveServer
 from tests.support.settings import app_settings
 
+pytestmark = pytest.mark.postgres_only("replicas share a PostgreSQL database")
+
 
 @pytest.fixture
-def replicas(db_url, engine, is_postgres):
-    if not is_postgres:
-        pytest.skip("replicas share a PostgreSQL database")
+def replicas(db_url, engine):
     settings = app_settings(db_url, dispatch_lost_after_seconds=0)
     with LiveServer(create_app(settings)) as one, LiveServer(create_app(settings)) as two:
         yield one, two

@@ -327,13 +327,12 @@ class TestGoneClient:
         (attempt,) = operator.attempts(ti_id)
         assert (attempt["attempt_epoch"], attempt["execution_id"]) == (1, live_worker.execution_id)
 
+    @pytest.mark.postgres_only("a claim on SQLite takes no row lock to pause it at")
     def test_a_client_gone_while_its_claim_is_made_with_others_is_handed_nothing(self, live_server, operator,
-                                                                                   engine, is_postgres):
+                                                                                   engine):
         """Two waiters woken together claim in one transaction, which a test transaction
         holding default_pool's row pauses; one client leaves meanwhile. The transaction is
         made again without it: the other gets a task, and the gone one's stays scheduled."""
-        if not is_postgres:
-            pytest.skip("a claim on SQLite takes no row lock to pause it at")
         # A listener that starts listening only after the claims wait resynchronises, waking the
         # oldest of them on its own: the two would then not be woken, and claim, together.
         wait_until(lambda: hub(live_server).hearing, "the server to hear every event")
@@ -443,13 +442,11 @@ class TestWhatWasHeard:
         assert operator.find_ti("t")["state"] == "scheduled"
 
 
+@pytest.mark.postgres_only("SQLite's events do not cross a connection")
 def test_a_listener_whose_connection_is_lost_listens_again_and_wakes_waiting_claims(live_server, operator,
-                                                                                     engine, is_postgres):
+                                                                                     engine):
     """The database ends the server's listening connection (as a restart or a failover would):
     the server listens again on a new one, and a run created after that wakes a waiting claim."""
-    if not is_postgres:
-        pytest.skip("SQLite's events do not cross a connection")
-
     def listening() -> list[int]:
         with engine.connect() as conn:
             return list(conn.exec_driver_sql(
@@ -467,14 +464,13 @@ def test_a_listener_whose_connection_is_lost_listens_again_and_wakes_waiting_cla
 
 
 @pytest.fixture
-def replicas(db_url, engine, is_postgres):
-    if not is_postgres:
-        pytest.skip("replicas share a PostgreSQL database")
+def replicas(db_url, engine):
     settings = app_settings(db_url)
     with LiveServer(create_app(settings)) as one, LiveServer(create_app(settings)) as two:
         yield one, two
 
 
+@pytest.mark.postgres_only("replicas share a PostgreSQL database")
 def test_waiting_claimers_on_two_replicas_receive_each_new_task_exactly_once(replicas):
     """16 claimers, half on each replica, claim with waits until every task of four runs,
     created one after another while they wait, is taken."""
@@ -510,6 +506,7 @@ def test_waiting_claimers_on_two_replicas_receive_each_new_task_exactly_once(rep
     assert hub(one).waiting + hub(two).waiting == 0
 
 
+@pytest.mark.postgres_only("replicas share a PostgreSQL database")
 @pytest.mark.usefixtures("no_promotion_net")
 def test_a_replica_looks_again_after_hearing_of_another_replicas_writes(replicas):
     """A worker's waiting claims on one replica; the run that makes work ready, and the

@@ -64,9 +64,8 @@ class TestDefaultStore:
         assert stores.choose(app_settings("postgresql://h/db", data_dir=tmp_path)) == ("database", None)
         assert stores.choose(app_settings("postgresql://h/db", data_dir=tmp_path, log_store="file"))[0] == "file"
 
+    @pytest.mark.postgres_only("the database store is the default on PostgreSQL only")
     def test_logs_on_disk_keep_files_until_copied_and_the_server_says_so(self, db_url, engine, tmp_path, capsys):
-        if not db_url.startswith("postgresql"):
-            pytest.skip("the database store is the default on PostgreSQL only")
         settings = app_settings(db_url, data_dir=tmp_path)
         files = FileLogStore(settings.resolved_log_dir)
         with Session(engine) as session:

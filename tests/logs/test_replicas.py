@@ -21,8 +21,6 @@ def shared_store(request) -> str:
 
 @pytest.fixture
 def replicas(db_url, engine, shared_store, tmp_path):
-    if not db_url.startswith("postgresql"):
-        pytest.skip("replicas on several machines share a PostgreSQL database")
     servers = []
     for name in ("a", "b"):
         env = {**clean_env(tmp_path / name), "FENCELINE_DATABASE_URL": db_url, "FENCELINE_LOG_STORE": shared_store,
@@ -38,6 +36,7 @@ def replicas(db_url, engine, shared_store, tmp_path):
             server.stop()
 
 
+@pytest.mark.postgres_only("replicas on several machines share a PostgreSQL database")
 def test_a_log_appended_through_one_replica_is_read_whole_through_the_other(replicas, tmp_path):
     one, two = replicas
     lines = [f"line {n:04d} " + "x" * (n % 50) + "\n" for n in range(3000)]

@@ -1,6 +1,7 @@
 """Servers under test: the app in a thread on a loopback port (LiveServer), and the real
 `fenceline serve` command as a child process (Served)."""
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -18,6 +19,19 @@ from tests.support.waiting import wait_until, wait_until_serving
 # The installed console command, as a user runs it.
 FENCELINE = [str(Path(sys.executable).with_name("fenceline"))]
 START_TIMEOUT = 60
+# How long a stopping live server lets the requests still in flight finish before it cancels
+# them: a waiting claim whose client is still there would otherwise hold the stop for its wait.
+STOP_GRACE_SECONDS = 3
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, remembering its event loop (to reach the app's hub from the test's thread)."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: Any = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().startup(sockets)
 
 
 class LiveServer:
@@ -27,7 +41,8 @@ class LiveServer:
     def __init__(self, app: FastAPI, port: int | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = _Uvicorn(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                              timeout_graceful_shutdown=STOP_GRACE_SECONDS))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
@@ -41,8 +56,16 @@ class LiveServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.end_gone_claims()
         self.server.should_exit = True
         self.thread.join(timeout=20)
+
+    def end_gone_claims(self) -> None:
+        """Wake every waiting claim once: those whose client has gone (a worker killed or
+        stopped) end at once, instead of when their wait runs out; the others wait again."""
+        hub, loop = self.app.state.wakeups, self.server.loop
+        if loop is not None and not loop.is_closed() and hub.waiting:
+            loop.call_soon_threadsafe(lambda: hub.wake(hub.waiting))
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60, **kwargs)
