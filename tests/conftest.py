@@ -126,15 +126,26 @@ def operator(client: TestClient) -> Operator:
     return Operator(client)
 
 
-@pytest.fixture
-def live_server(db_url: str, engine: Engine) -> Iterator[LiveServer]:
+@pytest.fixture(scope="module")
+def shared_server(db_url: str, engine: Engine) -> Iterator[LiveServer]:
+    """One live server for a module's tests on one database (its tables are still emptied after
+    each test)."""
     with LiveServer(create_app(app_settings(db_url))) as server:
         yield server
 
 
-@pytest.fixture(scope="module")
-def live_server_module(db_url: str, engine: Engine) -> Iterator[LiveServer]:
-    """One live server for a module's tests (its tables are still emptied after each test)."""
+@pytest.fixture
+def live_server(shared_server: LiveServer) -> LiveServer:
+    """The module's live server, settled from the test before: no waiting claim of a client
+    that has gone, no request in flight. A test that stops, restarts or reconfigures its server
+    starts its own (LiveServer, fresh_server)."""
+    shared_server.settle()
+    return shared_server
+
+
+@pytest.fixture
+def fresh_server(db_url: str, engine: Engine) -> Iterator[LiveServer]:
+    """A live server of the test's own, started for it."""
     with LiveServer(create_app(app_settings(db_url))) as server:
         yield server
 

@@ -25,11 +25,27 @@ from app.main import create_app
 from app.orchestration.models import TaskInstance
 from app.wakeups import Hub
 from tests.support.api import Attempt, Operator, Worker, assert_problem, json_of, task
-from tests.support.claims import Waiting, claim_transactions, found_nothing, hub, raw_claim, waiting_claims
+from tests.support.claims import (
+    Waiting,
+    asleep,
+    claim_transactions,
+    found_nothing,
+    hears,
+    hub,
+    raw_claim,
+    waiting_claims,
+)
 from tests.support.concurrency import wait_for_lock_waits
 from tests.support.servers import LiveServer
 from tests.support.settings import app_settings
 from tests.support.waiting import wait_until
+
+
+@pytest.fixture
+def live_server(fresh_server):
+    """A server of each test's own: these tests assert what its hub of waiting claims heard, woke
+    and looked at, which timers and marks left by a shared server's earlier tests would disturb."""
+    return fresh_server
 
 
 @pytest.fixture
@@ -138,12 +154,22 @@ class TestWaitingClaim:
 
 
 class TestFairness:
-    def test_many_waiters_and_one_task_one_gets_it_and_the_others_wait_out_their_deadline(self, live_server,
-                                                                                           operator):
-        waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(6)], wait=3)
+    def test_many_waiters_and_one_task_one_gets_it_and_the_others_are_not_woken(self, live_server, operator):
+        """The five others stay asleep in the hub (the same waiters, never woken) until there is
+        work for them too."""
+        hears(live_server)
+        waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(6)])
+        waiters = asleep(live_server)
         operator.create_run(task("t"))
-        answers = [w.result() for w in waiting]
-        assert sorted(len(items) for items in answers) == [0, 0, 0, 0, 0, 1]
+        (taker,) = wait_until(lambda: [w for w in waiting if w.future.done()], "a waiter to take the task")
+        assert [item["correlation"]["task_id"] for item in taker.result()] == ["t"]
+        others = [w for w in waiting if w is not taker]
+        assert not any(w.future.done() for w in others)
+        assert len(asleep(live_server)) == 5 and set(asleep(live_server)) < set(waiters)
+        operator.create_run(*(task(f"u{n}") for n in range(5)), run_id="more")
+        answers = [w.result() for w in others]
+        assert sorted(item["correlation"]["task_id"] for items in answers for item in items) == [
+            f"u{n}" for n in range(5)]
 
     def test_a_woken_claim_that_takes_a_full_batch_passes_the_wake_on(self, live_server, operator):
         waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(3)], limit=2)
@@ -364,7 +390,7 @@ class TestGoneClient:
             wait_until(lambda: hub(live_server).waiting == 1, "the claim to wait")
         operator.create_run(task("t"))
         # The woken waiter ends its request without claiming: wait for the server's request tasks to end.
-        wait_until(lambda: not live_server.server.server_state.tasks, "the gone claim's request to end")
+        wait_until(live_server.idle, "the gone claim's request to end")
         assert operator.find_ti("t")["state"] == "scheduled"
         assert Worker(operator, "worker-2").claim_one().epoch == 1
 

@@ -23,6 +23,23 @@ def hub(server: LiveServer) -> Any:
     return server.app.state.wakeups
 
 
+def asleep(server: LiveServer) -> list[Any]:
+    """The hub's waiters waiting now, oldest first. A woken waiter leaves the hub (one that looks
+    and waits again is a new waiter): a waiter still in this list was never woken."""
+    return [waiter for waiter in hub(server)._waiters if not waiter.future.done()]
+
+
+def hears(server: LiveServer) -> None:
+    """Until every event reaches the server's hub (PostgreSQL: once its listener listens; the
+    listener's start wakes a waiting claim on its own)."""
+    wait_until(lambda: hub(server).hearing, "the server to hear every event")
+
+
+def heard_after(server: LiveServer, generation: int, what: str) -> None:
+    """Until the server's hub has heard an event after `generation` (of `what`)."""
+    wait_until(lambda: hub(server).generation > generation, f"{what} to be heard")
+
+
 class Waiting:
     """A waiting claim on its own connection and thread; `result()` is its items."""
 

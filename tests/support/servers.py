@@ -60,6 +60,13 @@ class LiveServer:
         self.server.should_exit = True
         self.thread.join(timeout=20)
 
+    def settle(self) -> None:
+        """Once the claims of clients that have gone have ended, and no request is in flight
+        (a server shared by several tests, before the next one)."""
+        self.end_gone_claims()
+        wait_until(lambda: not self.app.state.wakeups.waiting and self.idle(),
+                   "the live server's claims and requests to end", timeout=10)
+
     def end_gone_claims(self) -> None:
         """Wake every waiting claim once: those whose client has gone (a worker killed or
         stopped) end at once, instead of when their wait runs out; the others wait again."""

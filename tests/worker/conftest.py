@@ -20,13 +20,24 @@ from tests.support.api import ADMIN_PASSWORD
 from tests.support.servers import LiveServer, clean_env
 from tests.support.settings import app_settings
 
+SQLITE_ONLY = "worker processes talk HTTP only; covered on SQLite"
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest, db_url: str) -> LiveServer:
+    """The module's live server (tests/conftest.py, live_server). SQLite only: see the module
+    docstring."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip(SQLITE_ONLY)
+    return request.getfixturevalue("live_server")
+
 
 @pytest.fixture
 def serve(db_url: str, engine: Any) -> Iterator[Callable[..., LiveServer]]:
-    """Start a live server with setting overrides (on `port`, to bring one back after a
-    stop); stopped at teardown. SQLite only: see the module docstring."""
+    """Start a live server of the test's own, with setting overrides (on `port`, to bring one
+    back after a stop); stopped at teardown. SQLite only: see the module docstring."""
     if not db_url.startswith("sqlite"):
-        pytest.skip("worker processes talk HTTP only; covered on SQLite")
+        pytest.skip(SQLITE_ONLY)
     with ExitStack() as running:
         def start(port: int | None = None, **overrides: Any) -> LiveServer:
             return running.enter_context(LiveServer(create_app(app_settings(db_url, **overrides)), port))

@@ -40,8 +40,7 @@ class TestTrace:
 
 
 class TestJsonLogs:
-    def test_every_line_of_the_worker_is_a_json_object_naming_its_seat(self, serve, workers):
-        server = serve()
+    def test_every_line_of_the_worker_is_a_json_object_naming_its_seat(self, server, workers):
         operator = Operator(server.client())
         run = operator.create_run(python_task("t", "print('hello')"))
         worker = workers(server, "etl-a", extra_env={"FENCELINE_LOG_FORMAT": "json"})

@@ -12,27 +12,24 @@ from tests.support.waiting import wait_until
 
 
 class TestStartup:
-    def test_a_launcher_token_admits_without_the_operator_password(self, serve, workers):
-        server = serve()
+    def test_a_launcher_token_admits_without_the_operator_password(self, server, workers):
         operator = Operator(server.client())
         token = operator.launcher_token()
         worker = workers(server, "etl-a", extra_env={"FENCELINE_ADMIN_PASSWORD": "", "FENCELINE_LAUNCHER_TOKEN": token})
         wait_until(lambda: operator.get("/v1/seats/etl-a").status_code == 200, "the admission")
         assert worker.stop() == 0
 
-    def test_no_credential_at_all(self, serve, workers):
-        worker = workers(serve(), "etl-a", extra_env={"FENCELINE_ADMIN_PASSWORD": ""})
+    def test_no_credential_at_all(self, server, workers):
+        worker = workers(server, "etl-a", extra_env={"FENCELINE_ADMIN_PASSWORD": ""})
         assert worker.proc.wait(timeout=30) == 2  # a usage error
         assert "a credential is needed to admit the worker" in worker.output
 
-    def test_wrong_operator_credentials(self, serve, workers):
-        server = serve()
+    def test_wrong_operator_credentials(self, server, workers):
         worker = workers(server, "etl-a", extra_env={"FENCELINE_ADMIN_PASSWORD": "wrong-" + ADMIN_PASSWORD})
         assert worker.proc.wait(timeout=30) == 1
         assert "operator login as 'admin' refused (401)" in worker.output
 
-    def test_one_worker_per_state_directory(self, serve, workers):
-        server = serve()
+    def test_one_worker_per_state_directory(self, server, workers):
         operator = Operator(server.client())
         first = workers(server, "etl-a")
         wait_until(lambda: operator.get("/v1/seats/etl-a").status_code == 200, "the first admission")
@@ -41,8 +38,7 @@ class TestStartup:
         assert "another worker is using" in second.output
         assert first.stop() == 0
 
-    def test_a_seat_held_by_another_state_directory(self, serve, workers):
-        server = serve()
+    def test_a_seat_held_by_another_state_directory(self, server, workers):
         operator = Operator(server.client())
         first = workers(server, "etl-a")
         wait_until(lambda: operator.get("/v1/seats/etl-a").status_code == 200, "the first admission")
