@@ -15,6 +15,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ADMIN_PASSWORD, Server, concurrent_rate, table  # noqa: E402
+from tests.support.api import Operator  # noqa: E402
 
 
 def admit_chain(client: httpx.Client, operator: dict[str, str], seat: str, deadline: float,
@@ -38,19 +39,13 @@ def measure(connect, operator: dict[str, str], clients: int, seconds: float, lab
     return concurrent_rate(clients, seconds, work)
 
 
-def login(client: httpx.Client, password: str) -> dict[str, str]:
-    resp = client.post("/auth/token", json={"username": "admin", "password": password})
-    resp.raise_for_status()
-    return {"Authorization": f"Bearer {resp.json()['access_token']}"}
-
-
 def run_against(url: str, password: str, seconds: float, counts: list[int]) -> list[list[object]]:
     def connect() -> httpx.Client:
         return httpx.Client(base_url=url, timeout=120)
 
     with connect() as client:
         backend = client.get("/health").json()["database"]
-        operator = login(client, password)
+        operator = Operator(client, password=password).headers
     label = f"{int(time.time())}"  # fresh seat names on a server that may hold earlier runs
     return [[backend, *measure(connect, operator, n, seconds, label)] for n in counts]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Server, concurrent_rate, table  # noqa: E402
+from bench.common import Server, admit, concurrent_rate, table  # noqa: E402
 
 TASKS_PER_RUN = 100  # a realistic DAG: readiness is judged per run on every finished task
 
@@ -20,13 +20,6 @@ def create_runs(client, operator, tasks: int) -> None:
         client.post("/v1/runs", headers=operator, json={"dag_id": "bench", "run_id": f"r{n}", "tasks": [
             {"task_id": f"t{i}", "payload": {"command": ["true"]}}
             for i in range(min(TASKS_PER_RUN, tasks - n))]}).raise_for_status()
-
-
-def worker_headers(client, operator, seat: str) -> dict[str, str]:
-    resp = client.post(f"/v1/seats/{seat}/executions", headers=operator,
-                       json={"swarm": "bench", "runtime_backend": "local"})
-    resp.raise_for_status()
-    return {"Authorization": f"Bearer {resp.json()['worker_token']}"}
 
 
 def agent(server: Server, worker: dict[str, str], deadline: float, samples: list[float]) -> None:
@@ -44,7 +37,7 @@ def agent(server: Server, worker: dict[str, str], deadline: float, samples: list
 
 
 def measure(server: Server, client, operator, agents: int, seconds: float) -> list[object]:
-    workers = [worker_headers(client, operator, f"bench-{agents}-{n}") for n in range(agents)]
+    workers = [admit(client, operator, f"bench-{agents}-{n}") for n in range(agents)]
     return concurrent_rate(agents, seconds, lambda n, deadline, samples: agent(server, workers[n], deadline, samples))
 
 

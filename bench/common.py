@@ -3,63 +3,38 @@ database, and latency statistics. Benchmarks run on demand and print figures; th
 
 import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import psycopg
 
-ADMIN_PASSWORD = "bench-admin-password"
-PG_ADMIN_URL = os.environ.get("FENCELINE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+from tests.support.api import ADMIN_PASSWORD, Operator, admission_body, bearer, json_of
+from tests.support.databases import libpq_url, throwaway_database
+from tests.support.servers import Served
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# The server as the benchmarks start it: the checkout's code, whatever is installed.
+APP_CLI = [sys.executable, "-m", "app.cli"]
 
 
 @contextlib.contextmanager
-def database(backend: str, data_dir: Path) -> Iterator[str | None]:
-    """None for the SQLite default under data_dir, else a throw-away PostgreSQL database URL."""
+def database(backend: str) -> Iterator[str | None]:
+    """None for the SQLite default under the data directory, else a throw-away PostgreSQL
+    database's URL (tests.support.databases), as libpq takes it."""
     if backend == "sqlite":
         yield None
         return
-    name = f"fenceline_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def wait_until_serving(process: subprocess.Popen, url: str, what: str, seconds: float = 60) -> None:
-    """Return once GET `url` answers 200; RuntimeError if `process` ends or `seconds` pass first."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            raise RuntimeError(f"{what} did not start")
-        time.sleep(0.1)
+    with throwaway_database("postgresql", prefix="fenceline_bench") as url:
+        yield libpq_url(url)
 
 
 class Server:
-    """`fenceline serve` in a subprocess, on a temp data dir and a free port."""
+    """`fenceline serve` in a subprocess (tests.support.servers.Served), on a temp data dir and
+    a free port."""
 
     def __init__(self, backend: str, *serve_args: str, **settings: str) -> None:
         self.backend, self.serve_args, self.settings = backend, serve_args, settings
@@ -67,33 +42,25 @@ class Server:
     def __enter__(self) -> "Server":
         self._stack = contextlib.ExitStack()
         data_dir = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="fenceline-bench-")))
-        url = self._stack.enter_context(database(self.backend, data_dir))
+        url = self._stack.enter_context(database(self.backend))
         self.database_url = url  # None: SQLite under the data dir
-        port = free_port()
         env = {**os.environ, "FENCELINE_DATA_DIR": str(data_dir), "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD,
                "FENCELINE_JWT_SECRET": "bench-secret-" + "x" * 40, "FENCELINE_REAPER_INTERVAL_SECONDS": "0",
                **{f"FENCELINE_{k.upper()}": v for k, v in self.settings.items()}}
         env.pop("DATABASE_URL", None)
         if url:
             env["FENCELINE_DATABASE_URL"] = url
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning",
-             *self.serve_args],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = f"http://127.0.0.1:{port}"
+        self.served = Served(None, env, "--log-level", "warning", *self.serve_args, command=APP_CLI)
+        self._stack.callback(self.served.stop)
+        self.process, self.url = self.served.process, self.served.url
         try:
-            wait_until_serving(self.process, self.url + "/health", "fenceline serve")
-        except RuntimeError:
+            self.served.wait_healthy(200)
+        except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
         self._stack.close()
 
     def pids(self) -> list[int]:
@@ -144,9 +111,8 @@ class Server:
             sampler.join()
 
     def operator(self, client: httpx.Client) -> dict[str, str]:
-        resp = client.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
-        resp.raise_for_status()
-        return {"Authorization": f"Bearer {resp.json()['access_token']}"}
+        """The operator's headers (tests.support.api.Operator)."""
+        return Operator(client).headers
 
 
 
@@ -169,10 +135,8 @@ def postgres_cpu_seconds() -> float:
 
 def admit(client: httpx.Client, operator: dict[str, str], seat: str) -> dict[str, str]:
     """The headers of a worker admitted to `seat` (its worker token)."""
-    resp = client.post(f"/v1/seats/{seat}/executions", headers=operator,
-                       json={"swarm": "bench", "runtime_backend": "local"})
-    resp.raise_for_status()
-    return {"Authorization": f"Bearer {resp.json()['worker_token']}"}
+    resp = client.post(f"/v1/seats/{seat}/executions", headers=operator, json=admission_body(swarm="bench"))
+    return bearer(json_of(resp, 201)["worker_token"])
 
 
 def concurrent_rate(count: int, seconds: float, work: Callable[[int, float, list[float]], None]) -> list[object]:

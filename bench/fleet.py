@@ -22,9 +22,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from app.execution.schemas import MAX_CLAIM_WAIT_SECONDS  # noqa: E402
 from bench.common import ADMIN_PASSWORD, Server, percentile, table  # noqa: E402
 
-CLAIM_WAIT = 30  # the longest wait the server allows: an idle worker asks once per 30 s (--claim-wait)
+CLAIM_WAIT = MAX_CLAIM_WAIT_SECONDS  # the longest wait the server allows: an idle worker asks once per wait
 HEARTBEAT_INTERVAL = 3.0  # under uvicorn's 5 s keep-alive, so a heartbeat never races a closing connection
 CLK_TCK = 100
 

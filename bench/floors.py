@@ -22,7 +22,6 @@ import os
 import queue
 import subprocess
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import database, free_port, percentile, table, wait_until_serving  # noqa: E402
+from bench.common import database, percentile, table  # noqa: E402
 from bench.fleet import process_tree_cpu_seconds  # noqa: E402
 from bench.reads import hammer  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.waiting import wait_until_serving  # noqa: E402
 
 URL_VARIABLE = "FENCELINE_FLOORS_DATABASE_URL"
 ROUTES = {"nothing": "/nothing", "ORM session, threadpool": "/session/threadpool",
@@ -128,7 +129,7 @@ def served(url: str) -> Iterator[tuple[str, int]]:
 def measure(seconds: float, concurrency: int) -> list[list[object]]:
     """A row per route of floors_app."""
     rows: list[list[object]] = []
-    with tempfile.TemporaryDirectory() as scratch, database("postgresql", Path(scratch)) as url:
+    with database("postgresql") as url:
         assert url is not None
         with served(url) as (address, pid):
             for name, path in ROUTES.items():

@@ -6,10 +6,9 @@ resident memory before and at its peak while reading (Server.peak_rss).
 Run: python bench/log_stores.py [--log-mb 200] [--stores file,database,s3]."""
 
 import argparse
-import os
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,32 +16,20 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Server, admit, free_port, table  # noqa: E402
+from bench.common import Server, admit, table  # noqa: E402
+from tests.support.s3 import moto_s3  # noqa: E402
 
 APPEND = 1024 * 1024
 MB = 1024 * 1024
 
 
 @contextmanager
-def moto_bucket():
-    """moto's S3 server on a loopback port, a bucket on it, and the AWS_* variables (which the
-    server subprocess inherits) pointing at it."""
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.environ.update({"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "bench",
-                       "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
-    try:
-        for _ in range(300):
-            try:
-                httpx.put(f"http://127.0.0.1:{port}/fenceline-bench", timeout=1).raise_for_status()
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+def moto_bucket() -> Iterator[str]:
+    """moto's S3 server (tests.support.s3, which points the AWS_* variables the server
+    subprocess inherits at it) and a bucket on it; answers the log store's URL."""
+    with moto_s3() as endpoint:
+        httpx.put(f"{endpoint}/fenceline-bench", timeout=10).raise_for_status()
         yield "s3://fenceline-bench/logs"
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
 
 
 def fill(client: httpx.Client, operator: dict[str, str], megabytes: int) -> tuple[str, float]:

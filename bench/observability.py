@@ -31,8 +31,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.attempts import agent, create_runs, worker_headers  # noqa: E402
-from bench.common import ADMIN_PASSWORD, concurrent_rate, database, free_port, table, wait_until_serving  # noqa: E402
+from bench.attempts import agent, create_runs  # noqa: E402
+from bench.common import ADMIN_PASSWORD, admit, concurrent_rate, database, table  # noqa: E402
+from tests.support.api import Operator  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.waiting import wait_until_serving  # noqa: E402
 
 VARIANTS = ("bare", "metrics", "metrics + plain logs", "metrics + json logs")
 
@@ -67,7 +70,7 @@ def per_request_us(variant: str, requests: int) -> float:
     from app.main import create_app
     from app.telemetry import logconfig
     from app.telemetry.observe import Observe
-    from tests.conftest import app_settings
+    from tests.support.settings import app_settings
 
     with tempfile.TemporaryDirectory() as data_dir:
         app = create_app(app_settings(f"sqlite:///{data_dir}/f.db", data_dir=Path(data_dir)))
@@ -110,7 +113,7 @@ def cpu_seconds(pid: int) -> float:
 
 @contextlib.contextmanager
 def server(backend: str, variant: str) -> Iterator[tuple[str, int]]:
-    with tempfile.TemporaryDirectory(prefix="fenceline-bench-") as data_dir, database(backend, Path(data_dir)) as url:
+    with tempfile.TemporaryDirectory(prefix="fenceline-bench-") as data_dir, database(backend) as url:
         port = free_port()
         env = {**os.environ, "FENCELINE_DATA_DIR": data_dir, "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD,
                "FENCELINE_JWT_SECRET": "bench-secret-" + "x" * 40, "FENCELINE_REAPER_INTERVAL_SECONDS": "0"}
@@ -138,10 +141,9 @@ class Client:
 
 def measure(backend: str, variant: str, agents: int, seconds: float, tasks: int) -> list[object]:
     with server(backend, variant) as (base, pid), httpx.Client(base_url=base, timeout=120) as client:
-        resp = client.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
-        operator = {"Authorization": f"Bearer {resp.json()['access_token']}"}
+        operator = Operator(client).headers
         create_runs(client, operator, tasks)
-        workers = [worker_headers(client, operator, f"bench-{n}") for n in range(agents)]
+        workers = [admit(client, operator, f"bench-{n}") for n in range(agents)]
         before = cpu_seconds(pid)
         row = concurrent_rate(agents, seconds, lambda n, deadline, samples: agent(Client(base), workers[n], deadline,
                                                                                  samples))

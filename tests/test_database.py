@@ -19,11 +19,11 @@ from app.db.faults import DatabaseFault, database_fault
 from app.main import create_app
 from app.ops.migrate import upgrade
 from app.web.deps import SessionDep
-from tests.api import Operator, assert_problem, task
-from tests.conftest import app_settings
-from tests.databases import PG_ADMIN_URL, throwaway_database
-from tests.filesystems import small_filesystem
-from tests.tcp_proxy import TcpProxy
+from tests.support.api import Operator, assert_problem, task
+from tests.support.databases import PG_ADMIN_URL, throwaway_database
+from tests.support.filesystems import small_filesystem
+from tests.support.settings import app_settings
+from tests.support.tcp_proxy import TcpProxy
 
 
 def run_body(run_id: str, conf_bytes: int = 0) -> dict:
@@ -87,9 +87,8 @@ class TestFaults:
             assert resp.headers["retry-after"] == "1"
         assert operator.get("/v1/runs").status_code == 200
 
+    @pytest.mark.postgres_only("a SQLite file has no connection to lose")
     def test_a_lost_database_is_503_naming_the_connection(self, db_url):
-        if not db_url.startswith("postgresql"):
-            pytest.skip("a SQLite file has no connection to lose")
         url = make_url(db_url)
         with TcpProxy(url.host, url.port or 5432) as proxy, \
                 operator_on(str(url.set(host="127.0.0.1", port=proxy.port))) as client:

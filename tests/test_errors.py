@@ -1,6 +1,6 @@
 """Native errors are problem+json: unknown routes, wrong methods, and bad input naming the field."""
 
-from tests.api import assert_problem
+from tests.support.api import assert_problem
 
 
 class TestProblems:

@@ -4,16 +4,18 @@ a typed client that runs admission -> claim -> running -> heartbeat -> log appen
 success, reads the try's log as text, and branches on a stale report's typed
 `should_terminate`. Neither generator warns about anything in fenceline's document."""
 
+import hashlib
 import importlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.api import ADMIN_PASSWORD
+from tests.support.api import ADMIN_PASSWORD
 
 BIN = Path(sys.executable).parent
 # What openapi-generator 7.26 prints for every document: it has not finished OpenAPI 3.1 support
@@ -21,6 +23,9 @@ BIN = Path(sys.executable).parent
 # on a one-path document too. Anything else it warns about would be fenceline's doing.
 GENERATOR_NOTICES = ("OpenAPI 3.1 support is still in beta", "Failed to get the schema name: null")
 RUN = {"dag_id": "sdk", "tasks": [{"task_id": "t", "payload": {"command": ["true"]}}]}
+# What each generator made of each document: the servers of both databases serve the same one,
+# generated once (a generator run takes seconds to tens of seconds).
+GENERATED: dict[tuple[str, bytes], tuple[Path, str]] = {}
 
 
 def generate(command: list[str], cwd: Path) -> str:
@@ -30,19 +35,28 @@ def generate(command: list[str], cwd: Path) -> str:
     return done.stdout + done.stderr
 
 
+def generated(name: str, spec: Path, tmp_path_factory, command: Callable[[Path], list[str]]) -> tuple[Path, str]:
+    """The directory `command(directory)` generated `spec`'s SDK in, and what it printed."""
+    key = (name, hashlib.sha256(spec.read_bytes()).digest())
+    if key not in GENERATED:
+        root = tmp_path_factory.mktemp(name)
+        GENERATED[key] = (root, generate(command(root), root))
+    return GENERATED[key]
+
+
 @pytest.fixture(scope="module")
-def spec(live_server_module, tmp_path_factory) -> Path:
+def spec(shared_server, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("spec") / "openapi.json"
-    path.write_bytes(httpx.get(f"{live_server_module.url}/openapi.json").content)
+    path.write_bytes(httpx.get(f"{shared_server.url}/openapi.json").content)
     return path
 
 
 @pytest.fixture(scope="module")
 def python_client(spec, tmp_path_factory):
     """openapi-python-client's package, importable as `opc`."""
-    root = tmp_path_factory.mktemp("opc")
-    output = generate([str(BIN / "openapi-python-client"), "generate", "--path", str(spec), "--output-path",
-                       str(root / "opc"), "--meta", "none"], root)
+    root, output = generated("opc", spec, tmp_path_factory, lambda root: [
+        str(BIN / "openapi-python-client"), "generate", "--path", str(spec), "--output-path", str(root / "opc"),
+        "--meta", "none"])
     assert "Warning" not in output, output
     sys.path.insert(0, str(root))
     yield importlib.import_module("opc")
@@ -54,10 +68,10 @@ def python_client(spec, tmp_path_factory):
 @pytest.fixture(scope="module")
 def generator_client(spec, tmp_path_factory):
     """openapi-generator's package, importable as `fenceline_client`."""
-    root = tmp_path_factory.mktemp("ogen")
-    output = generate([str(BIN / "openapi-generator-cli"), "generate", "-g", "python", "-i", str(spec), "-o",
-                       str(root), "--package-name", "fenceline_client", "--global-property",
-                       "apiTests=false,modelTests=false,apiDocs=false,modelDocs=false"], root)
+    root, output = generated("ogen", spec, tmp_path_factory, lambda root: [
+        str(BIN / "openapi-generator-cli"), "generate", "-g", "python", "-i", str(spec), "-o", str(root),
+        "--package-name", "fenceline_client", "--global-property",
+        "apiTests=false,modelTests=false,apiDocs=false,modelDocs=false"])
     warnings = [line for line in output.splitlines()
                 if "WARN" in line and not any(notice in line for notice in GENERATOR_NOTICES)]
     assert warnings == [], "\n".join(warnings)
@@ -68,7 +82,7 @@ def generator_client(spec, tmp_path_factory):
         del sys.modules[name]
 
 
-def test_an_openapi_python_client_sdk_runs_an_attempt_through(python_client, live_server_module):
+def test_an_openapi_python_client_sdk_runs_an_attempt_through(python_client, shared_server):
     from opc.api.auth import login
     from opc.api.execution import claim, heartbeat, renew, report
     from opc.api.identity import admit_execution
@@ -85,7 +99,7 @@ def test_an_openapi_python_client_sdk_runs_an_attempt_through(python_client, liv
         StaleReport,
     )
 
-    url = live_server_module.url
+    url = shared_server.url
     token = login.sync(client=python_client.Client(base_url=url),
                        body=LoginRequest(username="admin", password=ADMIN_PASSWORD)).access_token
     operator = python_client.AuthenticatedClient(base_url=url, token=token)
@@ -112,11 +126,11 @@ def test_an_openapi_python_client_sdk_runs_an_attempt_through(python_client, liv
     assert isinstance(stale, StaleReport) and stale.should_terminate is True and stale.state == "success"
 
 
-def test_an_openapi_generator_sdk_runs_an_attempt_through(generator_client, live_server_module):
+def test_an_openapi_generator_sdk_runs_an_attempt_through(generator_client, shared_server):
     fc = generator_client
 
     def api(token: str | None = None):
-        return fc.ApiClient(fc.Configuration(host=live_server_module.url, access_token=token))
+        return fc.ApiClient(fc.Configuration(host=shared_server.url, access_token=token))
 
     token = fc.AuthApi(api()).login(fc.LoginRequest(username="admin", password=ADMIN_PASSWORD)).access_token
     operator = api(token)

@@ -18,9 +18,10 @@ from app.main import create_app
 from app.ops.migrate import upgrade
 from app.orchestration.models import DagRun
 from app.web.serving import server_config
-from tests.api import Operator, Worker, admission_body, assert_problem, bearer, task
-from tests.conftest import LiveServer, app_settings
-from tests.databases import throwaway_database
+from tests.support.api import Operator, Worker, admission_body, assert_problem, bearer, task
+from tests.support.databases import throwaway_database
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
 
 LONE_SURROGATE = '"\\ud800"'  # valid JSON, not valid Unicode
 

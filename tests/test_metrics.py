@@ -7,8 +7,8 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api import Operator, Worker, assert_problem, assert_stale, bearer, superseded, task
-from tests.scrape import sample
+from tests.support.api import Operator, Worker, assert_problem, assert_stale, bearer, superseded, task
+from tests.support.scrape import sample
 
 
 def families(text: str) -> dict[str, list]:
@@ -142,14 +142,14 @@ class TestMultiprocess:
     def test_a_scrape_of_one_process_counts_every_processs_requests(self, tmp_path):
         import httpx
 
-        from tests.test_cli import Server, default_env
+        from tests.support.servers import Served, clean_env
 
-        env = {**default_env(tmp_path / "data"), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+        env = {**clean_env(tmp_path / "data"), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
                "FENCELINE_ADMIN_PASSWORD": "pw"}
-        first = Server(tmp_path, env)
+        first = Served(tmp_path, env)
         try:
             first.wait_healthy()
-            second = Server(tmp_path, env)
+            second = Served(tmp_path, env)
             try:
                 second.wait_healthy()
                 for server, count in ((first, 3), (second, 4)):

@@ -14,7 +14,7 @@ from sqlalchemy import JSON, Boolean, Engine, Integer, String, Uuid, column, ins
 from app.db.engine import make_engine
 from app.db.types import UTCDateTime, metadata
 from app.ops.migrate import downgrade, upgrade
-from tests.databases import BACKENDS, throwaway_database
+from tests.support.databases import BACKENDS, throwaway_database
 
 RUN_ID, TI_ID = uuid.uuid4(), uuid.uuid4()
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

@@ -8,8 +8,8 @@ from sqlalchemy import make_url, text
 
 from app import __version__
 from app.ops.migrate import head_revision
-from tests.api import assert_problem
-from tests.tcp_proxy import TcpProxy
+from tests.support.api import assert_problem
+from tests.support.tcp_proxy import TcpProxy
 
 
 class TestHealth:
@@ -40,9 +40,8 @@ class TestHealth:
         assert problem["checks"]["log_store"].startswith("the file store cannot be written")
         assert problem["checks"]["schema"] == "ok"
 
+    @pytest.mark.postgres_only("a SQLite file cannot become unreachable")
     def test_not_ready_but_live_while_the_database_does_not_answer(self, make_client, db_url):
-        if not db_url.startswith("postgresql"):
-            pytest.skip("a SQLite file cannot become unreachable")
         url = make_url(db_url)
         with TcpProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
             client = make_client(database_url=url.set(host="127.0.0.1", port=proxy.port).render_as_string(False))

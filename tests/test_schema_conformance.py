@@ -20,8 +20,9 @@ from schemathesis.specs.openapi.checks import (
 from sqlalchemy import Engine
 
 from app.main import create_app
-from tests.api import Operator, Worker, task
-from tests.conftest import LiveServer, app_settings
+from tests.support.api import Operator, Worker, task
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
 
 # At most 25 examples per operation: most of them valid, the rest not.
 EXAMPLES = {GenerationMode.POSITIVE: 15, GenerationMode.NEGATIVE: 10}

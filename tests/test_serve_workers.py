@@ -7,16 +7,16 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.api import bearer, task
-from tests.databases import BACKENDS, throwaway_database
-from tests.test_cli import Server, default_env
+from tests.support.api import bearer, task
+from tests.support.databases import BACKENDS, throwaway_database
+from tests.support.servers import Served, clean_env
 
 needs_postgres = pytest.mark.skipif("postgresql" not in BACKENDS, reason="PostgreSQL is not among the test backends")
 PASSWORD = "workers-test-password"
 
 
 def _env(tmp_path, url: str | None, **settings: str) -> dict[str, str]:
-    env = {**default_env(tmp_path / "data"), "FENCELINE_ADMIN_PASSWORD": PASSWORD,
+    env = {**clean_env(tmp_path / "data"), "FENCELINE_ADMIN_PASSWORD": PASSWORD,
            **{f"FENCELINE_{k.upper()}": v for k, v in settings.items()}}
     if url is not None:
         env["FENCELINE_DATABASE_URL"] = url
@@ -24,7 +24,7 @@ def _env(tmp_path, url: str | None, **settings: str) -> dict[str, str]:
 
 
 def _refused(tmp_path, env: dict[str, str], *args: str) -> str:
-    server = Server(tmp_path, env, *args)
+    server = Served(tmp_path, env, *args)
     assert server.process.wait(timeout=60) == 7, server.output
     return server.output
 
@@ -32,7 +32,7 @@ def _refused(tmp_path, env: dict[str, str], *args: str) -> str:
 @needs_postgres
 def test_two_workers_answer_on_one_port_and_one_of_them_sweeps(tmp_path):
     with throwaway_database("postgresql") as url:
-        server = Server(tmp_path, _env(tmp_path, url, reaper_interval_seconds="0.2",
+        server = Served(tmp_path, _env(tmp_path, url, reaper_interval_seconds="0.2",
                                       dispatch_lost_after_seconds="0", infra_backoff_base_seconds="0"),
                         "--workers", "2")
         try:

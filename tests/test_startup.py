@@ -13,14 +13,14 @@ import pytest
 from sqlalchemy import make_url
 
 from app import __version__
-from tests.conftest import _free_port
-from tests.tcp_proxy import TcpProxy
-from tests.test_cli import FENCELINE, START_TIMEOUT, Server, default_env
+from tests.support.ports import free_port
+from tests.support.servers import FENCELINE, START_TIMEOUT, Served, clean_env
+from tests.support.tcp_proxy import TcpProxy
 
 
 def serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*FENCELINE, "serve", "--port", str(_free_port()), *args], cwd=tmp_path,
-                          env={**default_env(tmp_path / "data"), **env}, capture_output=True, text=True,
+    return subprocess.run([*FENCELINE, "serve", "--port", str(free_port()), *args], cwd=tmp_path,
+                          env={**clean_env(tmp_path / "data"), **env}, capture_output=True, text=True,
                           timeout=START_TIMEOUT)
 
 
@@ -61,7 +61,7 @@ def test_a_port_in_use_is_status_3_and_no_banner(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         done = subprocess.run([*FENCELINE, "serve", "--port", str(port)], cwd=tmp_path,
-                              env=default_env(tmp_path / "data"), capture_output=True, text=True,
+                              env=clean_env(tmp_path / "data"), capture_output=True, text=True,
                               timeout=START_TIMEOUT)
     refused(done, 3, f"127.0.0.1:{port}", "in use")
 
@@ -80,9 +80,9 @@ class TestDatabaseUnreachable:
         url = make_url(pg_database)
         with TcpProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
             proxy.cut()
-            env = {**default_env(tmp_path / "data"), "FENCELINE_DB_CONNECT_TIMEOUT_SECONDS": "120",
+            env = {**clean_env(tmp_path / "data"), "FENCELINE_DB_CONNECT_TIMEOUT_SECONDS": "120",
                    "FENCELINE_DATABASE_URL": url.set(host="127.0.0.1", port=proxy.port).render_as_string(False)}
-            server = Server(tmp_path, env)
+            server = Served(tmp_path, env)
             try:
                 deadline = time.monotonic() + START_TIMEOUT
                 while "retrying" not in server.output:
@@ -114,8 +114,8 @@ TRACE = "0af7651916cd43dd8448eb211c80319c"
 
 class TestJsonLogs:
     def test_every_line_is_a_json_object_and_each_request_has_its_line(self, tmp_path):
-        env = {**default_env(tmp_path / "data"), "FENCELINE_LOG_FORMAT": "json", "FENCELINE_ADMIN_PASSWORD": "pw"}
-        server = Server(tmp_path, env)
+        env = {**clean_env(tmp_path / "data"), "FENCELINE_LOG_FORMAT": "json", "FENCELINE_ADMIN_PASSWORD": "pw"}
+        server = Served(tmp_path, env)
         try:
             server.wait_healthy()
             headers = {"X-Request-ID": "req-42", "traceparent": f"00-{TRACE}-b7ad6b7169203331-01"}

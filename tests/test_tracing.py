@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from app.telemetry.traceparent import traceparent, w3c_trace_id
-from tests.api import Operator, Worker, task
+from tests.support.api import Operator, Worker, task
 
 EXPORTER = InMemorySpanExporter()
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

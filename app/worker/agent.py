@@ -24,8 +24,8 @@ from app.worker.settings import WorkerSettings
 from app.worker.state import StateDir, describe
 from app.worker.task import TaskRunner
 
-# Exit statuses of `fenceline worker`.
-EXIT_OK, EXIT_ERROR, EXIT_SEAT_TAKEN, EXIT_SUPERSEDED = 0, 1, 3, 4
+# Exit statuses of `fenceline worker` (EXIT_SETTINGS: a setting is wrong).
+EXIT_OK, EXIT_ERROR, EXIT_SETTINGS, EXIT_SEAT_TAKEN, EXIT_SUPERSEDED = 0, 1, 2, 3, 4
 
 
 # Back-off between claims while the server is unreachable, at most this long.
@@ -219,6 +219,9 @@ class Worker:
                             f"{exc.problem.get('detail')}); stopping its tasks", EXIT_SUPERSEDED) from exc
             except Refused as exc:
                 self.ctx.stopping.set()
+                if (limit := _wait_refused(exc)) is not None:
+                    raise Fatal(f"--claim-wait (FENCELINE_WORKER_CLAIM_WAIT) {self.settings.claim_wait:g} refused by "
+                                f"the server: {limit}", EXIT_SETTINGS) from exc
                 raise Fatal(f"claim refused ({exc}); draining and exiting") from exc
 
     def _waiting_claim(self, limit: int) -> list[dict[str, Any]]:
@@ -285,3 +288,14 @@ class Worker:
         for thread in self.threads:
             thread.join()
         self.log.info("stopped")
+
+
+def _wait_refused(refusal: Refused) -> str | None:
+    """What the server said of a claim's wait_seconds, when that is why it refused the claim
+    (422): the longest wait is the server's rule, which the worker learns this way."""
+    if refusal.status != 422:
+        return None
+    for error in refusal.problem.get("errors") or []:
+        if isinstance(error, dict) and list(error.get("loc") or [])[-1:] == ["wait_seconds"]:
+            return str(error.get("msg", "out of range"))
+    return None

@@ -6,7 +6,7 @@ import sys
 
 from app.telemetry.logconfig import formatter
 from app.worker import tracing
-from app.worker.agent import EXIT_ERROR, Worker
+from app.worker.agent import EXIT_ERROR, EXIT_SETTINGS, Worker
 from app.worker.settings import from_args
 from app.worker.state import StateDirBusy
 
@@ -28,7 +28,7 @@ def run_worker(args: argparse.Namespace) -> int:
         settings = from_args(args)
     except (ValueError, OSError) as exc:
         print(f"fenceline worker: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_SETTINGS
     log = agent_log("worker", settings.seat, settings.log_format)
     tracing.start()
     try:

@@ -1,12 +1,23 @@
-"""The worker's settings: command-line flags, each defaulting to a FENCELINE_* variable."""
+"""The worker's settings: command-line flags, each defaulting to a FENCELINE_* variable.
+
+Read once, by from_args: each value comes from its flag, else its variable (an empty one counts
+as unset), else its default, and is parsed there; a value that does not parse is a ValueError
+naming the flag or the variable it came from (`fenceline worker` prints it on one line and
+exits 2, as `fenceline serve` does with its settings).
+
+The longest a claim may wait is the server's rule (MAX_CLAIM_WAIT_SECONDS, in the server's
+claim schema): the worker, which imports nothing of the server, checks only that --claim-wait
+is positive, and a longer one is refused by the server on the worker's first claim, which the
+worker reports as a bad setting (app/worker/agent.py).
+"""
 
 import argparse
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-MAX_CLAIM_WAIT = 30  # the server's limit on a claim's wait_seconds
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -30,99 +41,169 @@ class WorkerSettings:
 
 
 RUNTIMES = ("local", "kubernetes")
+LOG_FORMATS = ("plain", "json")
 # The downward API's fields, as the Pod spec hands them to the worker (deploy/kubernetes/).
 POD_ENV = {"pod_namespace": "FENCELINE_POD_NAMESPACE", "pod_name": "FENCELINE_POD_NAME",
            "pod_uid": "FENCELINE_POD_UID"}
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name) or default
+# Parsers: a flag's or a variable's text to its value, ValueError saying what is wrong with it.
+
+def as_text(raw: str) -> str:
+    return raw
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--server", default=_env("FENCELINE_SERVER", "http://127.0.0.1:8000"),
-                        help="the fenceline server (env FENCELINE_SERVER)")
-    parser.add_argument("--seat", default=os.environ.get("FENCELINE_WORKER_SEAT") or None,
-                        help="the seat this worker fills (env FENCELINE_WORKER_SEAT; default worker-<hostname>, "
-                             "or the Pod's name under --runtime kubernetes)")
-    parser.add_argument("--runtime", choices=RUNTIMES, default=_env("FENCELINE_WORKER_RUNTIME", "local"),
-                        help="local: a process on a host; kubernetes: a Pod of a StatefulSet, the Pod being the "
-                             "seat, identified by FENCELINE_POD_NAMESPACE, FENCELINE_POD_NAME and FENCELINE_POD_UID "
-                             "(the downward API) (env FENCELINE_WORKER_RUNTIME)")
-    parser.add_argument("--swarm", default=_env("FENCELINE_WORKER_SWARM", "default"),
-                        help="the seat's swarm (env FENCELINE_WORKER_SWARM)")
-    parser.add_argument("--queues", default=_env("FENCELINE_WORKER_QUEUES", "default"),
-                        help="comma-separated queues whose tasks this worker claims, e.g. gpu,default "
-                             "(env FENCELINE_WORKER_QUEUES)")
-    parser.add_argument("--concurrency", type=int, default=int(_env("FENCELINE_WORKER_CONCURRENCY", "2")),
-                        help="tasks run at once (env FENCELINE_WORKER_CONCURRENCY)")
-    parser.add_argument("--state-dir", type=Path, default=None,
-                        help="where the worker keeps its execution, attempts and outcome journal "
-                             "(env FENCELINE_WORKER_STATE_DIR; default ./data/worker/<seat>)")
-    parser.add_argument("--heartbeat-interval", type=float,
-                        default=float(_env("FENCELINE_WORKER_HEARTBEAT_INTERVAL", "10")),
-                        help="seconds between heartbeats of a running task; keep it well under the "
-                             "server's agent_lost_after_seconds (env FENCELINE_WORKER_HEARTBEAT_INTERVAL)")
-    parser.add_argument("--claim-wait", type=float, default=float(_env("FENCELINE_WORKER_CLAIM_WAIT", "20")),
-                        help="seconds one claim waits on the server for work while idle, at most "
-                             f"{MAX_CLAIM_WAIT}: the server answers as soon as work is ready "
-                             "(env FENCELINE_WORKER_CLAIM_WAIT)")
-    parser.add_argument("--grace-period", type=float, default=float(_env("FENCELINE_WORKER_GRACE_PERIOD", "30")),
-                        help="on SIGTERM, seconds running tasks get to finish (env FENCELINE_WORKER_GRACE_PERIOD)")
-    parser.add_argument("--log-format", choices=["plain", "json"], default=_env("FENCELINE_LOG_FORMAT", "plain"),
-                        help="plain text lines, or one JSON object per line (env FENCELINE_LOG_FORMAT)")
-    parser.add_argument("--username", default=_env("FENCELINE_ADMIN_USERNAME", "admin"),
-                        help="operator username, to admit this worker (env FENCELINE_ADMIN_USERNAME)")
-    parser.add_argument("--password-file", type=Path, default=None,
-                        help="file holding the operator password (else env FENCELINE_ADMIN_PASSWORD)")
-    parser.add_argument("--token-file", type=Path, default=None,
-                        help="file holding a launcher token from POST /v1/auth/launcher-tokens, used instead of "
-                             "the operator password: it can only admit and update executions "
-                             "(else env FENCELINE_LAUNCHER_TOKEN)")
+def _parsed(kind: Callable[[str], Any], what: str, raw: str) -> Any:
+    try:
+        return kind(raw.strip())
+    except ValueError:
+        raise ValueError(f"{raw!r} is not {what}") from None
+
+
+def as_count(raw: str) -> int:
+    if (value := _parsed(int, "a whole number", raw)) < 1:
+        raise ValueError(f"must be at least 1, not {value}")
+    return value
+
+
+def as_seconds(raw: str) -> float:
+    return _parsed(float, "a number of seconds", raw)
+
+
+def as_positive_seconds(raw: str) -> float:
+    if not (value := as_seconds(raw)) > 0:
+        raise ValueError(f"must be above 0, not {raw.strip()}")
+    return value
+
+
+def one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in choices:
+            raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
+        return raw
+    return parse
+
+
+def as_queues(raw: str) -> tuple[str, ...]:
+    queues = tuple(dict.fromkeys(q.strip() for q in raw.split(",") if q.strip()))
+    if not queues:
+        raise ValueError("must name at least one queue")
+    return queues
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its flag, its variable (None: flag only), its default and its parser."""
+
+    flag: str
+    env: str | None
+    default: str | None
+    parse: Callable[[str], Any]
+    help: str
+    meta: dict[str, Any] = field(default_factory=dict)  # more of add_argument's keywords
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+SETTINGS = [
+    Setting("--server", "FENCELINE_SERVER", "http://127.0.0.1:8000", as_text, "the fenceline server"),
+    Setting("--seat", "FENCELINE_WORKER_SEAT", None, as_text,
+            "the seat this worker fills (default worker-<hostname>, or the Pod's name under --runtime kubernetes)"),
+    Setting("--runtime", "FENCELINE_WORKER_RUNTIME", "local", one_of(RUNTIMES),
+            "local: a process on a host; kubernetes: a Pod of a StatefulSet, the Pod being the seat, identified by "
+            "FENCELINE_POD_NAMESPACE, FENCELINE_POD_NAME and FENCELINE_POD_UID (the downward API)",
+            {"metavar": "{" + ",".join(RUNTIMES) + "}"}),
+    Setting("--swarm", "FENCELINE_WORKER_SWARM", "default", as_text, "the seat's swarm"),
+    Setting("--queues", "FENCELINE_WORKER_QUEUES", "default", as_queues,
+            "comma-separated queues whose tasks this worker claims, e.g. gpu,default"),
+    Setting("--concurrency", "FENCELINE_WORKER_CONCURRENCY", "2", as_count, "tasks run at once"),
+    Setting("--state-dir", "FENCELINE_WORKER_STATE_DIR", None, Path,
+            "where the worker keeps its execution, attempts and outcome journal (default ./data/worker/<seat>)"),
+    Setting("--heartbeat-interval", "FENCELINE_WORKER_HEARTBEAT_INTERVAL", "10", as_positive_seconds,
+            "seconds between heartbeats of a running task; keep it well under the server's agent_lost_after_seconds"),
+    Setting("--claim-wait", "FENCELINE_WORKER_CLAIM_WAIT", "20", as_positive_seconds,
+            "seconds one claim waits on the server for work while idle, at most the server's limit on a claim's "
+            "wait (docs/worker.md): the server answers as soon as work is ready"),
+    Setting("--grace-period", "FENCELINE_WORKER_GRACE_PERIOD", "30", as_seconds,
+            "on SIGTERM, seconds running tasks get to finish"),
+    Setting("--log-format", "FENCELINE_LOG_FORMAT", "plain", one_of(LOG_FORMATS),
+            "plain text lines, or one JSON object per line", {"metavar": "{" + ",".join(LOG_FORMATS) + "}"}),
+    Setting("--username", "FENCELINE_ADMIN_USERNAME", "admin", as_text, "operator username, to admit this worker"),
+    Setting("--password-file", None, None, Path,
+            "file holding the operator password (else env FENCELINE_ADMIN_PASSWORD)"),
+    Setting("--token-file", None, None, Path,
+            "file holding a launcher token from POST /v1/auth/launcher-tokens, used instead of the operator password: "
+            "it can only admit and update executions (else env FENCELINE_LAUNCHER_TOKEN)"),
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser, settings: list[Setting] = SETTINGS) -> None:
+    """The flags, as text: from_args parses them, and their variables, once."""
+    for setting in settings:
+        where = f" (env {setting.env})" if setting.env else ""
+        parser.add_argument(setting.flag, default=None, help=setting.help + where, **setting.meta)
+
+
+def read(args: argparse.Namespace, setting: Setting) -> Any:
+    """The setting's value: its flag's, else its variable's, else its default (None when it has
+    none); ValueError naming where a value that does not parse came from."""
+    raw, source = getattr(args, setting.dest), setting.flag
+    if raw is None and setting.env is not None:
+        raw, source = os.environ.get(setting.env) or None, setting.env
+    if raw is None:
+        raw = setting.default
+    if raw is None:
+        return None
+    try:
+        return setting.parse(raw)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
 
 
 def from_args(args: argparse.Namespace) -> WorkerSettings:
     """The settings; ValueError naming what is missing or wrong."""
-    if args.token_file is not None:
-        launcher_token = args.token_file.read_text().strip()
-    else:
-        launcher_token = os.environ.get("FENCELINE_LAUNCHER_TOKEN", "")
-    if args.password_file is not None:
-        password = args.password_file.read_text().strip()
-    else:
-        password = os.environ.get("FENCELINE_ADMIN_PASSWORD", "")
-    if not password and not launcher_token:
-        raise ValueError("a credential is needed to admit the worker: a launcher token (FENCELINE_LAUNCHER_TOKEN "
-                         "or --token-file) or the operator password (FENCELINE_ADMIN_PASSWORD or --password-file)")
-    if args.concurrency < 1:
-        raise ValueError("--concurrency must be at least 1")
-    queues = tuple(dict.fromkeys(q.strip() for q in args.queues.split(",") if q.strip()))
-    if not queues:
-        raise ValueError("--queues must name at least one queue")
-    if args.heartbeat_interval <= 0:
-        raise ValueError("--heartbeat-interval must be positive")
-    if not 0 < args.claim_wait <= MAX_CLAIM_WAIT:
-        raise ValueError(f"--claim-wait must be above 0 and at most {MAX_CLAIM_WAIT}")
-    seat, pod = _identity(args)
-    state_dir = args.state_dir or Path(_env("FENCELINE_WORKER_STATE_DIR", str(Path("data") / "worker" / seat)))
+    values = {setting.dest: read(args, setting) for setting in SETTINGS}
+    password, launcher_token = credentials(values, "the worker")
+    seat, pod = _identity(values["runtime"], values["seat"])
+    state_dir = values["state_dir"] or Path("data") / "worker" / seat
     return WorkerSettings(
-        server=args.server, seat=seat, swarm=args.swarm, runtime=args.runtime, pod=pod, concurrency=args.concurrency,
-        state_dir=state_dir, heartbeat_interval=args.heartbeat_interval, claim_wait=args.claim_wait,
-        grace_period=max(0.0, args.grace_period), username=args.username, password=password,
-        launcher_token=launcher_token, queues=queues, log_format=args.log_format,
+        server=values["server"], seat=seat, swarm=values["swarm"], runtime=values["runtime"], pod=pod,
+        concurrency=values["concurrency"], state_dir=state_dir, heartbeat_interval=values["heartbeat_interval"],
+        claim_wait=values["claim_wait"], grace_period=max(0.0, values["grace_period"]),
+        username=values["username"], password=password, launcher_token=launcher_token, queues=values["queues"],
+        log_format=values["log_format"],
     )
 
 
-def _identity(args: argparse.Namespace) -> tuple[str, dict[str, str] | None]:
+def credentials(values: dict[str, Any], who: str) -> tuple[str, str]:
+    """The operator password and the launcher token an agent admits itself with (at least one),
+    from the --password-file and --token-file values, else the environment."""
+    if values["token_file"] is not None:
+        launcher_token = values["token_file"].read_text().strip()
+    else:
+        launcher_token = os.environ.get("FENCELINE_LAUNCHER_TOKEN", "")
+    if values["password_file"] is not None:
+        password = values["password_file"].read_text().strip()
+    else:
+        password = os.environ.get("FENCELINE_ADMIN_PASSWORD", "")
+    if not password and not launcher_token:
+        raise ValueError(f"a credential is needed to admit {who}: a launcher token (FENCELINE_LAUNCHER_TOKEN "
+                         "or --token-file) or the operator password (FENCELINE_ADMIN_PASSWORD or --password-file)")
+    return password, launcher_token
+
+
+def _identity(runtime: str, seat: str | None) -> tuple[str, dict[str, str] | None]:
     """The seat, and the Pod under the kubernetes runtime, whose name is the seat."""
-    if args.runtime == "local":
+    if runtime == "local":
         host = socket.gethostname().split(".")[0] or "local"
-        return args.seat or f"worker-{host}", None
+        return seat or f"worker-{host}", None
     pod = {field: os.environ.get(name, "").strip() for field, name in POD_ENV.items()}
     if missing := [POD_ENV[field] for field, value in pod.items() if not value]:
         raise ValueError(f"--runtime kubernetes needs {', '.join(missing)} from the downward API "
                          "(metadata.namespace, metadata.name, metadata.uid): see deploy/kubernetes/worker.yaml")
-    if args.seat and args.seat != pod["pod_name"]:
+    if seat and seat != pod["pod_name"]:
         raise ValueError(f"under --runtime kubernetes the seat is the Pod's name ({pod['pod_name']!r}), "
-                         f"not {args.seat!r}")
+                         f"not {seat!r}")
     return pod["pod_name"], pod

@@ -5,9 +5,9 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.ops.migrate import upgrade
-from tests.api import Operator, Worker, assert_problem, kube_target, task
-from tests.conftest import app_settings as settings_for
-from tests.databases import throwaway_database
+from tests.support.api import Operator, Worker, assert_problem, kube_target, task
+from tests.support.databases import throwaway_database
+from tests.support.settings import app_settings as settings_for
 
 FORMAT = "fenceline-snapshot/1"
 SEAT_ROW = {

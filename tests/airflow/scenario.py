@@ -7,7 +7,7 @@ try 2 succeeds. Each epoch writes its own log lines. Task `fan` is mapped (0, 1)
 
 from dataclasses import dataclass, field
 
-from tests.api import Attempt, Operator, Worker, task, ti_ids
+from tests.support.api import Attempt, Operator, Worker, task, ti_ids
 
 DAG, RUN = "etl", "manual__2026-11-30T00:00:00+00:00"
 

@@ -12,7 +12,7 @@ import pytest
 from app import __version__
 from tests.airflow import scenario
 from tests.airflow.scenario import DAG, RUN
-from tests.api import ADMIN_PASSWORD, Operator
+from tests.support.api import ADMIN_PASSWORD, Operator
 
 AIRFLOWCTL = str(Path(sys.executable).with_name("airflowctl"))
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.airflow import scenario
 from tests.airflow.scenario import DAG, RUN
-from tests.api import ADMIN_PASSWORD, Operator
+from tests.support.api import ADMIN_PASSWORD, Operator
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-airflow2"

@@ -12,7 +12,7 @@ from airflow_client.client.api.version_api import VersionApi
 from app import __version__
 from tests.airflow import scenario
 from tests.airflow.scenario import DAG, RUN
-from tests.api import Operator
+from tests.support.api import Operator
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.api import ADMIN_PASSWORD, Operator, Worker
+from tests.support.api import ADMIN_PASSWORD, Operator, Worker
 
 V2 = "/api/v2/dags/dag/dagRuns/run/taskInstances/t/logs/1"
 V1 = "/api/v1/dags/dag/dagRuns/run/taskInstances/t/logs/1"

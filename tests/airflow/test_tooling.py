@@ -2,7 +2,7 @@
 plain HTTP: CLI login, open version and health, DAG reads, the `~` wildcard, an empty `limit=`,
 pools and jobs, and writes fenceline does not take."""
 
-from tests.api import ADMIN_PASSWORD, Worker, bearer, task
+from tests.support.api import ADMIN_PASSWORD, Worker, bearer, task
 
 TWO_DAGS = (("etl", "r1"), ("etl", "r2"), ("report", "r1"))
 

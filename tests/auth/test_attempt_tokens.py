@@ -13,9 +13,9 @@ from sqlalchemy import update
 
 from app.auth.tokens import KeyRing, mint
 from app.orchestration.models import TaskInstance
-from tests.api import Operator, Worker, assert_problem, assert_stale, bearer, task, ti_ids
-from tests.conftest import JWT_SECRET
-from tests.scrape import sample
+from tests.support.api import Operator, Worker, assert_problem, assert_stale, bearer, task, ti_ids
+from tests.support.scrape import sample
+from tests.support.settings import JWT_SECRET
 
 KEYS = KeyRing("k1", {"k1": JWT_SECRET})
 EPOCH_ABSENT = object()

@@ -8,8 +8,8 @@ import jwt
 import pytest
 
 from app.auth.tokens import KeyRing, mint
-from tests.api import ADMIN_PASSWORD, bearer
-from tests.conftest import JWT_SECRET
+from tests.support.api import ADMIN_PASSWORD, bearer
+from tests.support.settings import JWT_SECRET
 
 OPERATOR = {"sub": "admin", "scope": "operator"}
 NOW = int(time.time())

@@ -1,6 +1,6 @@
 """Launcher tokens: they admit and update executions, and can do nothing else an operator can."""
 
-from tests.api import admission_body, bearer
+from tests.support.api import admission_body, bearer
 
 
 class TestLauncherToken:

@@ -5,7 +5,7 @@ import threading
 from sqlalchemy import select
 
 from app.auth.models import InstallationSecret
-from tests.api import ADMIN_PASSWORD
+from tests.support.api import ADMIN_PASSWORD
 
 
 def login(client, password, username="admin"):

@@ -15,7 +15,7 @@ from sqlalchemy import update
 from app.airflow.v1 import ERRORS_DOC as AIRFLOW_V1_ERRORS
 from app.auth.models import LoginFailure
 from app.db.types import utcnow
-from tests.api import ADMIN_PASSWORD, assert_problem
+from tests.support.api import ADMIN_PASSWORD, assert_problem
 
 
 def login(client, password, username="admin", **headers):

@@ -11,7 +11,7 @@ from app.db.types import utcnow
 from app.execution import reapers
 from app.orchestration.models import TaskInstance
 from app.orchestration.outcomes import Backoff
-from tests.api import Worker, assert_problem, assert_stale, task, ti_ids
+from tests.support.api import Worker, assert_problem, assert_stale, task, ti_ids
 
 
 class TestClaim:

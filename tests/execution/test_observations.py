@@ -1,7 +1,7 @@
 """Substrate observations (contract 2.7): recorded on their own attempt; only an explicit
 outcome settles, and only the attempt it names."""
 
-from tests.api import Worker, assert_problem, assert_stale, superseded, task
+from tests.support.api import Worker, assert_problem, assert_stale, superseded, task
 
 
 def observe(operator, attempt, **fields):

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import Engine, make_url, text
 
 from app.execution.reapers import LEADER_LOCK_KEY
-from tests.api import Worker, task
-from tests.tcp_proxy import TcpProxy
+from tests.support.api import Worker, task
+from tests.support.tcp_proxy import TcpProxy
 
 INTERVAL = 0.2  # the reaper's sweep interval in these tests
 OUTAGE = 10 * INTERVAL  # longer than a sweep interval: several sweeps fail while it lasts

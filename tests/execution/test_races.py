@@ -6,8 +6,8 @@ from collections import Counter
 
 import httpx
 
-from tests.api import Attempt, Operator, Worker, json_of, task
-from tests.concurrency import race
+from tests.support.api import Attempt, Operator, Worker, json_of, task
+from tests.support.concurrency import race
 
 
 def claims_until_empty(headers: dict[str, str], limit: int):

@@ -13,8 +13,8 @@ from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.execution import reapers
 from app.orchestration.outcomes import Backoff
-from tests.api import Worker, assert_stale, task
-from tests.concurrency import wait_for_lock_waits
+from tests.support.api import Worker, assert_stale, task
+from tests.support.concurrency import wait_for_lock_waits
 
 THRESHOLDS = reapers.Thresholds(agent_lost=timedelta(seconds=120), dispatch_lost=timedelta(seconds=600))
 NO_BACKOFF = Backoff(0)
@@ -105,11 +105,10 @@ class TestLockOrder:
     another attempt of that run (a report, an observation, an operator's clear) must wait for
     the run before it holds anything the sweep wants next, or PostgreSQL aborts one of them."""
 
+    @pytest.mark.postgres_only("SQLite serialises whole transactions: there is no lock order to get wrong")
     @pytest.mark.parametrize("writer", ["report", "observation", "clear"])
     def test_a_sweep_and_a_writer_waiting_on_its_run_do_not_deadlock(self, writer, operator, engine,
-                                                                     live_server, is_postgres):
-        if not is_postgres:
-            pytest.skip("SQLite serialises whole transactions: there is no lock order to get wrong")
+                                                                     live_server):
         operator.create_run(task("a", max_infra_attempts=0), task("b", max_infra_attempts=0))
         a, b = sorted(Worker(operator).claim(2), key=lambda attempt: attempt.task_id)
         a.report("running")
@@ -145,12 +144,11 @@ class TestLockOrder:
         assert operator.ti(a.ti_id)["state"] == "infra_failed"
 
 
+    @pytest.mark.postgres_only("SQLite serialises whole transactions: there is no lock order to get wrong")
     def test_promotion_after_the_marks_does_not_deadlock_with_a_clear(self, operator, engine,
-                                                                     live_server, is_postgres):
+                                                                     live_server):
         """sweep() marks first and promotes due retries last, as here: a clear of a due retry
         waits for the run the marks hold, and promotion then skips nothing it waits for."""
-        if not is_postgres:
-            pytest.skip("SQLite serialises whole transactions: there is no lock order to get wrong")
         operator.create_run(task("a", max_infra_attempts=0), task("c", retries=1))
         attempts = {x.task_id: x for x in Worker(operator).claim(2)}
         attempts["a"].report("running")

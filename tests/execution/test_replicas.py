@@ -5,15 +5,16 @@ from collections import Counter
 import pytest
 
 from app.main import create_app
-from tests.api import Operator, Worker, bearer, task
-from tests.concurrency import race
-from tests.conftest import LiveServer, app_settings
+from tests.support.api import Operator, Worker, bearer, task
+from tests.support.concurrency import race
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
+
+pytestmark = pytest.mark.postgres_only("replicas share a PostgreSQL database")
 
 
 @pytest.fixture
-def replicas(db_url, engine, is_postgres):
-    if not is_postgres:
-        pytest.skip("replicas share a PostgreSQL database")
+def replicas(db_url, engine):
     settings = app_settings(db_url, dispatch_lost_after_seconds=0)
     with LiveServer(create_app(settings)) as one, LiveServer(create_app(settings)) as two:
         yield one, two

@@ -1,6 +1,6 @@
 """The report fence (contract 2.5): agent writes of a superseded attempt change nothing."""
 
-from tests.api import Worker, assert_problem, assert_stale, superseded, task, ti_ids
+from tests.support.api import Worker, assert_problem, assert_stale, superseded, task, ti_ids
 
 
 class TestReport:

@@ -1,4 +1,4 @@
-from tests.api import Worker, task
+from tests.support.api import Worker, task
 
 
 def test_claim_run_succeed(operator):

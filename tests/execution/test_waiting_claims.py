@@ -12,13 +12,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import create_engine, event, update
 
@@ -29,86 +26,28 @@ from app.execution.hub import Hub
 from app.main import create_app
 from app.orchestration.events import CHANNEL, Ready
 from app.orchestration.models import TaskInstance
-from tests.api import Attempt, Operator, Worker, assert_problem, json_of, task
-from tests.concurrency import wait_for_lock_waits
-from tests.conftest import LiveServer, app_settings
-from tests.worker.conftest import wait_until
-
-WAIT = 30  # the longest a claim may wait: far longer than any wake-up takes
-
-
-def hub(server: LiveServer) -> Hub:
-    return server.server.config.app.state.wakeups
-
-
-class Waiting:
-    """A waiting claim on its own connection and thread; `result()` is its items."""
-
-    def __init__(self, server: LiveServer, worker: Worker, wait: float = WAIT, limit: int = 1,
-                 queues: list[str] | None = None) -> None:
-        self.client = server.client(verify=False)
-        self.pool = ThreadPoolExecutor(max_workers=1)
-        body = {"limit": limit, "wait_seconds": wait, **({"queues": queues} if queues else {})}
-        self.future = self.pool.submit(self._claim, worker.headers, body)
-
-    def _claim(self, headers: dict[str, str], body: dict[str, Any]) -> httpx.Response:
-        with self.client:
-            return self.client.post("/v1/dispatch/claim", json=body, headers=headers)
-
-    def response(self) -> httpx.Response:
-        try:
-            return self.future.result(timeout=WAIT + 30)
-        finally:
-            self.pool.shutdown()
-
-    def result(self) -> list[dict[str, Any]]:
-        return json_of(self.response())["items"]
+from tests.support.api import Attempt, Operator, Worker, assert_problem, json_of, task
+from tests.support.claims import (
+    Waiting,
+    asleep,
+    claim_transactions,
+    found_nothing,
+    hears,
+    hub,
+    raw_claim,
+    waiting_claims,
+)
+from tests.support.concurrency import wait_for_lock_waits
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
+from tests.support.waiting import wait_until
 
 
-def waiting_claims(server: LiveServer, workers: list[Worker], **kwargs: Any) -> list[Waiting]:
-    """Waiting claims of `workers`, each one waiting on the server before the next starts."""
-    started: list[Waiting] = []
-    for worker in workers:
-        started.append(Waiting(server, worker, **kwargs))
-        count = len(started)
-        wait_until(lambda: hub(server).waiting >= count, f"{count} waiting claims")  # noqa: B023
-    return started
-
-
-def raw_claim(worker: Worker, body: bytes) -> bytes:
-    """A claim request as bytes, for a client that will leave without reading the answer."""
-    return (b"POST /v1/dispatch/claim HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-            b"Authorization: " + worker.headers["Authorization"].encode() +
-            b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-
-
-@contextmanager
-def claim_transactions(server: LiveServer) -> Iterator[dict[str, Any]]:
-    """While inside: how many claims (claim rail UPDATEs) each transaction of `server` that
-    ended held, by how it ended ("commit", "rollback"), and how many looks ran ("looks")."""
-    engine = server.server.config.app.state.engine
-    ended: dict[str, Any] = {"commit": [], "rollback": [], "looks": 0}
-    claims: dict[Any, int] = {}
-
-    def count(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if "UPDATE task_instances SET" in statement and "AS trace_id" in statement:  # the claim rail
-            claims[conn] = claims.get(conn, 0) + 1
-        elif "AS ready" in statement:
-            ended["looks"] += 1
-
-    def end(how: str) -> Callable[[Any], None]:
-        def record(conn: Any) -> None:
-            if conn in claims:
-                ended[how].append(claims.pop(conn))
-        return record
-    listeners = [("before_cursor_execute", count), ("commit", end("commit")), ("rollback", end("rollback"))]
-    for name, listener in listeners:
-        event.listen(engine, name, listener)
-    try:
-        yield ended
-    finally:
-        for name, listener in listeners:
-            event.remove(engine, name, listener)
+@pytest.fixture
+def live_server(fresh_server):
+    """A server of each test's own: these tests assert what its hub of waiting claims heard, woke
+    and looked at, which timers and marks left by a shared server's earlier tests would disturb."""
+    return fresh_server
 
 
 @pytest.fixture
@@ -217,12 +156,22 @@ class TestWaitingClaim:
 
 
 class TestFairness:
-    def test_many_waiters_and_one_task_one_gets_it_and_the_others_wait_out_their_deadline(self, live_server,
-                                                                                           operator):
-        waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(6)], wait=3)
+    def test_many_waiters_and_one_task_one_gets_it_and_the_others_are_not_woken(self, live_server, operator):
+        """The five others stay asleep in the hub (the same waiters, never woken) until there is
+        work for them too."""
+        hears(live_server)
+        waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(6)])
+        waiters = asleep(live_server)
         operator.create_run(task("t"))
-        answers = [w.result() for w in waiting]
-        assert sorted(len(items) for items in answers) == [0, 0, 0, 0, 0, 1]
+        (taker,) = wait_until(lambda: [w for w in waiting if w.future.done()], "a waiter to take the task")
+        assert [item["correlation"]["task_id"] for item in taker.result()] == ["t"]
+        others = [w for w in waiting if w is not taker]
+        assert not any(w.future.done() for w in others)
+        assert len(asleep(live_server)) == 5 and set(asleep(live_server)) < set(waiters)
+        operator.create_run(*(task(f"u{n}") for n in range(5)), run_id="more")
+        answers = [w.result() for w in others]
+        assert sorted(item["correlation"]["task_id"] for items in answers for item in items) == [
+            f"u{n}" for n in range(5)]
 
     def test_a_woken_claim_that_takes_a_full_batch_passes_the_wake_on(self, live_server, operator):
         waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(3)], limit=2)
@@ -402,13 +351,12 @@ class TestGoneClient:
         (attempt,) = operator.attempts(ti_id)
         assert (attempt["attempt_epoch"], attempt["execution_id"]) == (1, live_worker.execution_id)
 
+    @pytest.mark.postgres_only("a claim on SQLite takes no row lock to pause it at")
     def test_a_client_gone_while_its_claim_is_made_with_others_is_handed_nothing(self, live_server, operator,
-                                                                                   engine, is_postgres):
+                                                                                   engine):
         """Two waiters woken together claim in one transaction, which a test transaction
         holding default_pool's row pauses; one client leaves meanwhile. The transaction is
         made again without it: the other gets a task, and the gone one's stays scheduled."""
-        if not is_postgres:
-            pytest.skip("a claim on SQLite takes no row lock to pause it at")
         # A listener that starts listening only after the claims wait resynchronises, waking the
         # oldest of them on its own: the two would then not be woken, and claim, together.
         wait_until(lambda: hub(live_server).hearing, "the server to hear every event")
@@ -440,7 +388,7 @@ class TestGoneClient:
             wait_until(lambda: hub(live_server).waiting == 1, "the claim to wait")
         operator.create_run(task("t"))
         # The woken waiter ends its request without claiming: wait for the server's request tasks to end.
-        wait_until(lambda: not live_server.server.server_state.tasks, "the gone claim's request to end")
+        wait_until(live_server.idle, "the gone claim's request to end")
         assert operator.find_ti("t")["state"] == "scheduled"
         assert Worker(operator, "worker-2").claim_one().epoch == 1
 
@@ -450,14 +398,6 @@ def no_promotion_net(monkeypatch):
     """Claims take the time-driven rails only when told something may be due, not every second
     as well: such a claim would find work (or refuse a stale execution) whatever was heard."""
     monkeypatch.setattr(hubs, "PROMOTION_EVERY_SECONDS", 3600.0)
-
-
-def found_nothing(server: LiveServer, worker: Worker) -> None:
-    """Waiting claims of `worker` that find nothing, once `server` hears every event: the first
-    takes the time-driven rails (which the server's start made due), the second looks."""
-    wait_until(lambda: hub(server).hearing, "the server to hear every event")
-    for _ in range(2):
-        assert Waiting(server, worker, wait=0.2).result() == []
 
 
 @pytest.mark.usefixtures("no_promotion_net")
@@ -481,7 +421,7 @@ class TestWhatWasHeard:
 
         def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
             statements.append(statement)
-        engine = live_server.server.config.app.state.engine
+        engine = live_server.app.state.engine
         event.listen(engine, "before_cursor_execute", count)
         try:
             assert Waiting(live_server, worker, wait=0.2).result() == []
@@ -526,13 +466,11 @@ class TestWhatWasHeard:
         assert operator.find_ti("t")["state"] == "scheduled"
 
 
+@pytest.mark.postgres_only("SQLite's events do not cross a connection")
 def test_a_listener_whose_connection_is_lost_listens_again_and_wakes_waiting_claims(live_server, operator,
-                                                                                     engine, is_postgres):
+                                                                                     engine):
     """The database ends the server's listening connection (as a restart or a failover would):
     the server listens again on a new one, and a run created after that wakes a waiting claim."""
-    if not is_postgres:
-        pytest.skip("SQLite's events do not cross a connection")
-
     def listening() -> list[int]:
         with engine.connect() as conn:
             return list(conn.exec_driver_sql(
@@ -550,14 +488,13 @@ def test_a_listener_whose_connection_is_lost_listens_again_and_wakes_waiting_cla
 
 
 @pytest.fixture
-def replicas(db_url, engine, is_postgres):
-    if not is_postgres:
-        pytest.skip("replicas share a PostgreSQL database")
+def replicas(db_url, engine):
     settings = app_settings(db_url)
     with LiveServer(create_app(settings)) as one, LiveServer(create_app(settings)) as two:
         yield one, two
 
 
+@pytest.mark.postgres_only("replicas share a PostgreSQL database")
 def test_waiting_claimers_on_two_replicas_receive_each_new_task_exactly_once(replicas):
     """16 claimers, half on each replica, claim with waits until every task of four runs,
     created one after another while they wait, is taken."""
@@ -593,6 +530,7 @@ def test_waiting_claimers_on_two_replicas_receive_each_new_task_exactly_once(rep
     assert hub(one).waiting + hub(two).waiting == 0
 
 
+@pytest.mark.postgres_only("replicas share a PostgreSQL database")
 @pytest.mark.usefixtures("no_promotion_net")
 def test_a_replica_looks_again_after_hearing_of_another_replicas_writes(replicas):
     """A worker's waiting claims on one replica; the run that makes work ready, and the

@@ -5,8 +5,8 @@ from typing import Any
 
 import httpx
 
-from tests.api import Operator, assert_problem
-from tests.scrape import identity_conflicts
+from tests.support.api import Operator, assert_problem
+from tests.support.scrape import identity_conflicts
 
 
 def seat_state(operator: Operator, seat: str) -> list[Any]:

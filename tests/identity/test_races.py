@@ -1,9 +1,9 @@
 """Races with real concurrency: threads released together by a barrier, each with its own
 HTTP connection to a real server, on SQLite and PostgreSQL."""
 
-from tests.api import Operator, kube_target
-from tests.concurrency import race
-from tests.scrape import identity_conflicts
+from tests.support.api import Operator, kube_target
+from tests.support.concurrency import race
+from tests.support.scrape import identity_conflicts
 
 THREADS = 16
 ROUNDS = 3

@@ -2,7 +2,7 @@
 
 import uuid
 
-from tests.api import kube_target
+from tests.support.api import kube_target
 
 EXECUTION_FIELDS = {"execution_id", "seat", "swarm", "generation", "previous_execution_id", "runtime_backend",
                     "runtime_target", "observation", "created_at", "updated_at"}

@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.api import ADMIN_PASSWORD
-from tests.conftest import LiveServer
 from tests.launcher.cluster import IMAGE, Kubelet, RunningCluster
-from tests.worker.conftest import WorkerProcess, serve, wait_until  # noqa: F401 (fixtures, the one wait)
+from tests.support.agents import WorkerProcess
+from tests.support.api import ADMIN_PASSWORD
+from tests.support.servers import LiveServer
+from tests.support.waiting import wait_until
+from tests.worker.conftest import serve  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = "kubernetes"

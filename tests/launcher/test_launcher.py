@@ -4,10 +4,10 @@
 import json
 import time
 
-from tests.api import Operator, json_of
 from tests.launcher.cluster import NEVER_PULLS
 from tests.launcher.conftest import image_task, settled, wait_until
-from tests.tcp_proxy import TcpProxy
+from tests.support.api import Operator, json_of
+from tests.support.tcp_proxy import TcpProxy
 
 
 def one_pod(cluster, what: str = "the Pod") -> dict:

@@ -149,9 +149,10 @@ class TestCommandLine:
         assert "not a WorkItem" in capsys.readouterr().err
 
     @pytest.mark.parametrize(("flags", "says"), [
-        (["--poll-interval", "0"], "--poll-interval must be positive"),
-        (["--concurrency", "0"], "--concurrency must be at least 1"),
-        (["--queues", ","], "--queues must name at least one queue"),
+        (["--poll-interval", "0"], "--poll-interval: must be above 0, not 0"),
+        (["--poll-interval", "soon"], "--poll-interval: 'soon' is not a number of seconds"),
+        (["--concurrency", "0"], "--concurrency: must be at least 1, not 0"),
+        (["--queues", ","], "--queues: must name at least one queue"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "no Kubernetes configuration"),
     ])
     def test_bad_settings_are_one_line_and_exit_2(self, flags, says, monkeypatch, capsys, tmp_path):

@@ -2,7 +2,7 @@
 
 import json
 
-from tests.api import Operator, Worker, assert_problem, assert_stale, task
+from tests.support.api import Operator, Worker, assert_problem, assert_stale, task
 
 
 class TestAppend:

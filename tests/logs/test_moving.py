@@ -12,10 +12,10 @@ from app.logs import stores
 from app.logs.copy import copy_logs
 from app.logs.store import FileLogStore
 from app.main import create_app
-from tests.api import Worker
-from tests.conftest import TEST_DATA_DIR, app_settings
 from tests.logs.conftest import STORES
-from tests.test_cli import FENCELINE, START_TIMEOUT, default_env
+from tests.support.api import Worker
+from tests.support.servers import FENCELINE, START_TIMEOUT, clean_env
+from tests.support.settings import TEST_DATA_DIR, app_settings
 
 
 @pytest.fixture(params=[0, 1])
@@ -64,9 +64,8 @@ class TestDefaultStore:
         assert stores.choose(app_settings("postgresql://h/db", data_dir=tmp_path)) == ("database", None)
         assert stores.choose(app_settings("postgresql://h/db", data_dir=tmp_path, log_store="file"))[0] == "file"
 
+    @pytest.mark.postgres_only("the database store is the default on PostgreSQL only")
     def test_logs_on_disk_keep_files_until_copied_and_the_server_says_so(self, db_url, engine, tmp_path, capsys):
-        if not db_url.startswith("postgresql"):
-            pytest.skip("the database store is the default on PostgreSQL only")
         settings = app_settings(db_url, data_dir=tmp_path)
         files = FileLogStore(settings.resolved_log_dir)
         with Session(engine) as session:
@@ -80,7 +79,7 @@ class TestDefaultStore:
         assert stores.choose(settings)[0] == "database"
 
     def test_the_copy_command_moves_a_file_store(self, tmp_path):
-        env = default_env(tmp_path / "data")
+        env = clean_env(tmp_path / "data")
         log = tmp_path / "data" / "logs" / "dag" / "run" / "t" / "-1" / "1.e1.log"
         log.parent.mkdir(parents=True)
         log.write_bytes(b"a line\n")

@@ -7,9 +7,9 @@ import uuid
 import httpx
 import pytest
 
-from tests.api import ADMIN_PASSWORD, Operator, Worker
-from tests.conftest import JWT_SECRET
-from tests.test_cli import Server, default_env
+from tests.support.api import ADMIN_PASSWORD, Operator, Worker
+from tests.support.servers import Served, clean_env
+from tests.support.settings import JWT_SECRET
 
 
 @pytest.fixture(params=["database", "s3"])
@@ -21,14 +21,12 @@ def shared_store(request) -> str:
 
 @pytest.fixture
 def replicas(db_url, engine, shared_store, tmp_path):
-    if not db_url.startswith("postgresql"):
-        pytest.skip("replicas on several machines share a PostgreSQL database")
     servers = []
     for name in ("a", "b"):
-        env = {**default_env(tmp_path / name), "FENCELINE_DATABASE_URL": db_url, "FENCELINE_LOG_STORE": shared_store,
+        env = {**clean_env(tmp_path / name), "FENCELINE_DATABASE_URL": db_url, "FENCELINE_LOG_STORE": shared_store,
                "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD, "FENCELINE_JWT_SECRET": JWT_SECRET,
                "FENCELINE_REAPER_INTERVAL_SECONDS": "0"}
-        servers.append(Server(tmp_path, env))
+        servers.append(Served(tmp_path, env))
     try:
         for server in servers:
             server.wait_healthy()
@@ -38,6 +36,7 @@ def replicas(db_url, engine, shared_store, tmp_path):
             server.stop()
 
 
+@pytest.mark.postgres_only("replicas on several machines share a PostgreSQL database")
 def test_a_log_appended_through_one_replica_is_read_whole_through_the_other(replicas, tmp_path):
     one, two = replicas
     lines = [f"line {n:04d} " + "x" * (n % 50) + "\n" for n in range(3000)]

@@ -10,7 +10,7 @@ from sqlmodel import Session
 from app.db.types import utcnow
 from app.logs.retention import Retention
 from app.orchestration.models import DagRun
-from tests.api import Operator, Worker, task, ti_ids
+from tests.support.api import Operator, Worker, task, ti_ids
 
 V2 = "/api/v2/dags/dag/dagRuns/{run}/taskInstances/t/logs/1"
 

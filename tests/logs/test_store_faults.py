@@ -11,10 +11,11 @@ import pytest
 
 from app.logs.store import LogStoreUnavailable
 from app.main import create_app
-from tests.api import Operator, Worker, assert_problem
-from tests.conftest import LiveServer, app_settings
-from tests.filesystems import FailingStore, LogDisk, tmpfs
-from tests.scrape import sample
+from tests.support.api import Operator, Worker, assert_problem
+from tests.support.filesystems import FailingStore, LogDisk, tmpfs
+from tests.support.scrape import sample
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
 
 
 @pytest.fixture

@@ -12,10 +12,11 @@ from sqlmodel import Session
 from app.logs.s3 import S3LogStore
 from app.logs.store import LogConflict, LogGap, LogStoreUnavailable
 from app.main import create_app
-from tests.api import Operator, Worker, assert_problem
-from tests.concurrency import BARRIER_TIMEOUT, race
-from tests.conftest import LiveServer, app_settings
-from tests.scrape import sample
+from tests.support.api import Operator, Worker, assert_problem
+from tests.support.concurrency import BARRIER_TIMEOUT, race
+from tests.support.scrape import sample
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
 
 KEY = "dag/run/t/-1/1.e1.log"
 

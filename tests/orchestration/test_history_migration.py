@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from app.db.engine import make_engine
 from app.ops.migrate import upgrade
-from tests.databases import BACKENDS, throwaway_database
+from tests.support.databases import BACKENDS, throwaway_database
 
 # Revision 0002's archive statement, verbatim in shape: no attempt_epoch.
 ARCHIVE_0002 = sa.text(

@@ -3,7 +3,7 @@ faults are re-placed on their own budget, reschedules wait on the same try."""
 
 from datetime import UTC, datetime, timedelta
 
-from tests.api import Operator, Worker, task
+from tests.support.api import Operator, Worker, task
 
 
 def fields(ti: dict, *names: str) -> tuple:

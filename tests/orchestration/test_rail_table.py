@@ -23,7 +23,7 @@ from app.orchestration.operator import clear, mark
 from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, requeue
 from app.orchestration.promotion import promote
 from app.orchestration.readiness import refresh_run
-from tests.api import Worker, task, ti_ids
+from tests.support.api import Worker, task, ti_ids
 
 NO_BACKOFF = Backoff(0, 0)
 

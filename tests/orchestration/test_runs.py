@@ -2,8 +2,8 @@
 
 import pytest
 
-from tests.api import Operator, Worker, assert_problem, assert_stale, json_of, task, ti_ids
-from tests.concurrency import race
+from tests.support.api import Operator, Worker, assert_problem, assert_stale, json_of, task, ti_ids
+from tests.support.concurrency import race
 
 
 def states(operator) -> dict[str, str]:

@@ -17,7 +17,7 @@ from app.orchestration import states as s
 from app.orchestration.cas import HISTORY, RUNS, TI, lock_run_of
 from app.orchestration.models import TaskInstance
 from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, settle_success
-from tests.api import task
+from tests.support.api import task
 
 # name -> (the run's tasks, the state each task but "a" is put in, the states a success of "a"
 #          leaves: of the run, and of each task whose state it changes)

@@ -11,7 +11,7 @@ from sqlmodel import Session
 from app.db.types import utcnow
 from app.execution import dispatch
 from app.routing.models import Tenant
-from tests.api import Operator, Worker, assert_problem, json_of, task
+from tests.support.api import Operator, Worker, assert_problem, json_of, task
 
 
 def pool(operator: Operator, name: str) -> dict:

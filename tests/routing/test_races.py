@@ -15,9 +15,10 @@ from app.db.types import utcnow
 from app.execution import dispatch
 from app.main import create_app
 from app.routing.models import Tenant
-from tests.api import Operator, Worker, bearer, json_of, task
-from tests.concurrency import race, wait_for_lock_waits
-from tests.conftest import LiveServer, app_settings
+from tests.support.api import Operator, Worker, bearer, json_of, task
+from tests.support.concurrency import race, wait_for_lock_waits
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
 
 
 @pytest.fixture
@@ -178,13 +179,12 @@ def test_concurrent_claims_take_the_highest_weights_first(servers):
     assert sorted(race(servers, [claimer(w.headers) for w in workers])) == [f"urgent{i}" for i in range(6)]
 
 
-def test_a_cap_set_while_a_claim_is_in_flight_deadlocks_no_claim(servers, engine, is_postgres):
+@pytest.mark.postgres_only("SQLite serialises whole transactions: there is no lock order to get wrong")
+def test_a_cap_set_while_a_claim_is_in_flight_deadlocks_no_claim(servers, engine):
     """Claim A holds pool pa and the capped tenant t5, and is about to record tenant t1's turn;
     then t1 gets a cap, and claim B (pool pb) locks the capped tenants, t1 before t5. Were the
     cap set at once, B would hold t1 and wait for A's t5 while A waited for B's t1, and
     PostgreSQL would abort one. A test transaction holding the row A claims pauses A there."""
-    if not is_postgres:
-        pytest.skip("SQLite serialises whole transactions: there is no lock order to get wrong")
     server = servers[0]
     with server.client() as http:
         operator = Operator(http)
@@ -222,14 +222,13 @@ def test_a_cap_set_while_a_claim_is_in_flight_deadlocks_no_claim(servers, engine
         assert json_of(Operator(http, operator.token).get("/v1/tenants/t1"))["max_running"] == 100
 
 
-def test_claims_made_together_and_a_claim_of_two_tenants_deadlock_no_claim(servers, engine, is_postgres):
+@pytest.mark.postgres_only("SQLite serialises whole transactions: there is no lock order to get wrong")
+def test_claims_made_together_and_a_claim_of_two_tenants_deadlock_no_claim(servers, engine):
     """Claims made together (dispatch.claim_each, pool pa) take their tenants' turns in claim
     order, t2 before t1 (t1 was served last); a claim of two (pool pb) takes t1's then t2's.
     The first of the claims made together holds t2's turn, and a test transaction holding the
     row the second would claim pauses it there, before t1's. Had the claim of two then taken
     t1's turn, each would wait for the other's; it waits for the claims made together instead."""
-    if not is_postgres:
-        pytest.skip("SQLite serialises whole transactions: there is no lock order to get wrong")
     with servers[0].client() as http:
         operator = Operator(http)
         for name in ("pa", "pb"):

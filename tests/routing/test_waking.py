@@ -1,14 +1,22 @@
 """Waiting claims and routing, against a live server: a waiting claim is woken only by work on
 its queues, and by room freed or added in a pool or under a tenant cap that held its work back.
 
-Waits that must end in a claim are generous (a claim not woken would answer an empty list);
-a wait that must not be woken is short, and its empty answer at its own deadline is the proof."""
+Waits that must end in a claim are generous (a claim not woken would answer an empty list); a
+claim that must not be woken is watched in the server's hub, where the same waiter still waits
+once the event was heard, and is then ended by work of its own."""
 
 import pytest
 
-from tests.api import Attempt, Operator, Worker, json_of, task
-from tests.execution.test_waiting_claims import Waiting, hub, waiting_claims
-from tests.worker.conftest import wait_until
+from tests.support.api import Attempt, Operator, Worker, json_of, task
+from tests.support.claims import Waiting, asleep, heard_after, hears, hub, waiting_claims
+from tests.support.waiting import wait_until
+
+
+@pytest.fixture
+def live_server(fresh_server):
+    """A server of each test's own: these tests assert what its hub of waiting claims heard, woke
+    and looked at, which timers and marks left by a shared server's earlier tests would disturb."""
+    return fresh_server
 
 
 @pytest.fixture
@@ -16,25 +24,43 @@ def operator(live_server) -> Operator:
     return Operator(live_server.client())
 
 
+def gpu_claim(server, operator: Operator) -> tuple[Waiting, object]:
+    """A gpu worker's waiting claim on queue gpu, once the server hears every event: the claim
+    and its waiter in the hub."""
+    hears(server)
+    (gpu,) = waiting_claims(server, [Worker(operator, "gpu-worker")], queues=["gpu"])
+    (waiter,) = asleep(server)
+    return gpu, waiter
+
+
+def gpu_work_ends(gpu: Waiting, operator: Operator) -> None:
+    """gpu work, created now, goes to the gpu claim, still waiting: its only item."""
+    operator.create_run(task("g", queue="gpu"), run_id="gpu")
+    assert [item["correlation"]["task_id"] for item in gpu.result()] == ["g"]
+
+
 def test_a_waiting_claim_on_queue_gpu_is_not_woken_by_default_work(live_server, operator):
     """The gpu waiter is the older: a wake-up blind to queues would go to it. The default work
-    goes to the default waiter at once, the gpu waiter is still waiting after that, and it
-    answers an empty list at its own deadline; the default task was never offered to it."""
-    (gpu,) = waiting_claims(live_server, [Worker(operator, "gpu-worker")], wait=5, queues=["gpu"])
+    goes to the default waiter at once, and the gpu waiter is never woken (the same waiter still
+    waits in the hub); the default task was never offered to it."""
+    gpu, waiter = gpu_claim(live_server, operator)
     default = Waiting(live_server, Worker(operator, "cpu-worker"))
     wait_until(lambda: hub(live_server).waiting == 2, "both claims waiting")
     ti_id = operator.create_run(task("t"))["task_instances"][0]["ti_id"]
     (item,) = default.result()
     assert item["correlation"]["ti_id"] == ti_id
-    assert not gpu.future.done() and hub(live_server).waiting == 1  # never woken, still waiting
-    assert gpu.result() == []
+    assert not gpu.future.done() and asleep(live_server) == [waiter]  # never woken, still waiting
+    gpu_work_ends(gpu, operator)
 
 
 def test_default_work_created_while_a_gpu_claim_waits_stays_for_a_default_claimer(live_server, operator):
-    gpu = waiting_claims(live_server, [Worker(operator, "gpu-worker")], wait=2, queues=["gpu"])[0]
+    gpu, waiter = gpu_claim(live_server, operator)
+    generation = hub(live_server).generation
     operator.create_run(task("t"))
-    assert gpu.result() == []
+    heard_after(live_server, generation, "the run's event")
+    assert asleep(live_server) == [waiter]
     assert operator.find_ti("t")["state"] == "scheduled"
+    gpu_work_ends(gpu, operator)
     assert Worker(operator, "cpu-worker").claim_one().task_id == "t"
 
 
@@ -96,10 +122,12 @@ def test_raising_or_removing_a_tenant_cap_wakes_a_waiting_claim(live_server, ope
 def test_a_freed_slot_does_not_wake_a_claim_that_found_nothing_ready(live_server, operator):
     """Room events wake only claims whose work a pool or a cap held back: a gpu claim with no
     gpu work stays asleep while default-pool slots come and go."""
-    (gpu,) = waiting_claims(live_server, [Worker(operator, "gpu-worker")], wait=5, queues=["gpu"])
+    gpu, waiter = gpu_claim(live_server, operator)
     operator.create_run(task("t"))
     done = Worker(operator, "cpu-worker").claim_one()
     done.report("running")
+    generation = hub(live_server).generation
     done.report("success")
-    assert not gpu.future.done() and hub(live_server).waiting == 1
-    assert gpu.result() == []
+    heard_after(live_server, generation, "the freed slot's event")
+    assert not gpu.future.done() and asleep(live_server) == [waiter]
+    gpu_work_ends(gpu, operator)

@@ -9,7 +9,7 @@ from typing import Any
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
-from tests.api import ADMIN_PASSWORD, Attempt, Client, Operator, Worker, task
+from tests.support.api import ADMIN_PASSWORD, Attempt, Client, Operator, Worker, task
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -18,8 +18,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 from app.main import create_app
 from app.ops.migrate import upgrade
 from bench.dashboard import make_run
-from tests.api import ADMIN_PASSWORD, Operator, kube_target
-from tests.conftest import LiveServer, app_settings
+from tests.support.api import ADMIN_PASSWORD, Operator, kube_target
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
 from tests.ui.pages import chrome, fence_run
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "img"

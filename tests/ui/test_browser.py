@@ -18,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.api import ADMIN_PASSWORD, Operator
+from tests.support.api import ADMIN_PASSWORD, Operator
 from tests.ui.pages import CHROMEDRIVER, CHROMIUM, chrome, fence_run, infra_fault_then_success
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"

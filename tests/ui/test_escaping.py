@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine, update
 
 from app.orchestration.models import DagRun, TaskInstance
-from tests.api import Worker, task
+from tests.support.api import Worker, task
 from tests.ui.pages import texts, ui_login
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>\'"&'

@@ -3,7 +3,7 @@ the fleet and the runs page's charts, each on a run made through the API."""
 
 from typing import Any
 
-from tests.api import Worker, task
+from tests.support.api import Worker, task
 from tests.ui.pages import fence_run, texts, ui_login
 
 

@@ -1,7 +1,7 @@
 """Operator login to the dashboard: the form, the cookie, the redirects, logout and CSRF."""
 
 from app.ui.access import COOKIE
-from tests.api import ADMIN_PASSWORD
+from tests.support.api import ADMIN_PASSWORD
 from tests.ui.pages import texts, ui_login
 
 PAGES = ["/ui/runs", "/ui/runs/dag/run", "/ui/runs/dag/run?view=graph", "/ui/runs/dag/run?view=timeline",

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from tests.api import Worker, task
+from tests.support.api import Worker, task
 from tests.ui.pages import infra_fault_then_success, texts, ui_login
 
 REFRESH = '<meta http-equiv="refresh"'

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.worker.conftest import REPO
+from tests.support.agents import REPO
 
 
 def _processes_mentioning(text: str) -> list[str]:

@@ -18,8 +18,9 @@ from app.worker.context import Context
 from app.worker.kubernetes import admit_pod
 from app.worker.settings import POD_ENV, add_arguments, from_args
 from app.worker.state import StateDir
-from tests.api import Operator, assert_problem, json_of
-from tests.worker.conftest import GATED, python_task, wait_until
+from tests.support.agents import GATED, python_task
+from tests.support.api import Operator, assert_problem, json_of
+from tests.support.waiting import wait_until
 
 POD = "fenceline-worker-0"
 NAMESPACE = "fenceline"

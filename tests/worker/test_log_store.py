@@ -1,16 +1,17 @@
 """The server's log store fills up mid-task: the worker keeps its log on disk, offers it again
 with back-off, and every line arrives once when space is freed; the outcome follows its log."""
 
-from tests.api import Operator
-from tests.filesystems import LogDisk, tmpfs
-from tests.worker.conftest import GATED, python_task, wait_until
+from tests.support.agents import GATED, python_task
+from tests.support.api import Operator
+from tests.support.filesystems import LogDisk, tmpfs
+from tests.support.waiting import wait_until
 
 
 class TestFullLogStore:
     def test_the_log_waits_on_the_worker_and_arrives_once(self, serve, workers, tmp_path):
         with tmpfs("1m") as mount:
             server = serve(log_store="file", **({"log_dir": mount} if mount else {}))
-            disk = LogDisk(server.server.config.app, mount)
+            disk = LogDisk(server.app, mount)
             operator = Operator(server.client())
             disk.fill()
             gate = tmp_path / "gate"

@@ -1,7 +1,8 @@
 """The server goes away mid-task: log lines and the outcome wait on disk and arrive once."""
 
-from tests.api import Operator
-from tests.worker.conftest import GATED, python_task, wait_until
+from tests.support.agents import GATED, python_task
+from tests.support.api import Operator
+from tests.support.waiting import wait_until
 
 
 class TestServerOutage:

@@ -6,10 +6,11 @@ import json
 from opentelemetry import trace
 
 from app.telemetry.traceparent import w3c_trace_id
-from tests.api import Operator
+from tests.support.agents import python_task
+from tests.support.api import Operator
+from tests.support.waiting import wait_until
 from tests.test_tracing import EXPORTER, TRACE
 from tests.test_tracing import _provider as provider  # noqa: F401  (the in-memory exporter)
-from tests.worker.conftest import python_task, wait_until
 
 PRINTS_TRACEPARENT = "import os; print('traceparent', os.environ['TRACEPARENT'])"
 
@@ -39,8 +40,7 @@ class TestTrace:
 
 
 class TestJsonLogs:
-    def test_every_line_of_the_worker_is_a_json_object_naming_its_seat(self, serve, workers):
-        server = serve()
+    def test_every_line_of_the_worker_is_a_json_object_naming_its_seat(self, server, workers):
         operator = Operator(server.client())
         run = operator.create_run(python_task("t", "print('hello')"))
         worker = workers(server, "etl-a", extra_env={"FENCELINE_LOG_FORMAT": "json"})

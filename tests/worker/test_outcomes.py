@@ -6,8 +6,9 @@ import pytest
 
 from app.worker.logship import utf8_cut
 from app.worker.process import classify, group_alive, task_env
-from tests.api import Operator, json_of
-from tests.worker.conftest import GATED, python_task, wait_until
+from tests.support.agents import GATED, python_task
+from tests.support.api import Operator, json_of
+from tests.support.waiting import wait_until
 
 
 class TestClassify:
@@ -60,8 +61,7 @@ def final_task(task_id: str, program: str, **payload: object) -> dict:
 
 
 class TestReportedOutcomes:
-    def test_each_end_is_routed_as_what_it_is(self, serve, workers):
-        server = serve()
+    def test_each_end_is_routed_as_what_it_is(self, server, workers):
         operator = Operator(server.client())
         operator.create_run(
             final_task("exits-3", "import sys; sys.exit(3)"),
@@ -91,8 +91,7 @@ class TestReportedOutcomes:
 
 
 class TestShouldTerminate:
-    def test_a_stale_answer_kills_the_task_at_once(self, serve, workers, tmp_path):
-        server = serve()
+    def test_a_stale_answer_kills_the_task_at_once(self, server, workers, tmp_path):
         operator = Operator(server.client())
         operator.create_run(python_task("t", GATED, str(tmp_path / "never")))
         worker = workers(server, "etl-a")
@@ -108,8 +107,7 @@ class TestShouldTerminate:
 
 
 class TestGracefulStop:
-    def test_sigterm_finishes_what_can_finish_and_hands_back_the_rest_as_worker_lost(self, serve, workers, tmp_path):
-        server = serve()
+    def test_sigterm_finishes_what_can_finish_and_hands_back_the_rest_as_worker_lost(self, server, workers, tmp_path):
         operator = Operator(server.client())
         quick, never = tmp_path / "quick", tmp_path / "never"
         operator.create_run(python_task("quick", GATED, str(quick)), python_task("stuck", GATED, str(never)))

@@ -1,11 +1,11 @@
 """`fenceline worker --queues`: a worker runs only the tasks of the queues it serves."""
 
-from tests.api import Operator
-from tests.worker.conftest import python_task, wait_until
+from tests.support.agents import python_task
+from tests.support.api import Operator
+from tests.support.waiting import wait_until
 
 
-def test_a_worker_claims_only_its_queues(serve, workers):
-    server = serve()
+def test_a_worker_claims_only_its_queues(server, workers):
     with server.client() as http:
         operator = Operator(http)
         operator.create_run(python_task("cpu", "pass"), python_task("gpu", "pass", queue="gpu"),

@@ -1,8 +1,9 @@
 """A worker killed with SIGKILL mid-task: its task is re-placed on another worker, same try."""
 
 from app.worker.process import group_alive
-from tests.api import Operator, assert_stale, bearer
-from tests.worker.conftest import GATED, python_task, wait_until
+from tests.support.agents import GATED, python_task
+from tests.support.api import Operator, assert_stale, bearer
+from tests.support.waiting import wait_until
 
 
 class TestKilledWorker:

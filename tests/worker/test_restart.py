@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 from app.worker.context import CRASH_AFTER_JOURNAL_ENV
 from app.worker.process import group_alive
-from tests.api import Operator, json_of
-from tests.worker.conftest import GATED, python_task, wait_until
+from tests.support.agents import GATED, python_task
+from tests.support.api import Operator, json_of
+from tests.support.waiting import wait_until
 
 CRASH_AFTER_JOURNAL = {CRASH_AFTER_JOURNAL_ENV: "1"}
 
@@ -21,8 +22,7 @@ def gated_in_a_shell(task_id: str, gate: str) -> dict:
 
 
 class TestRestartSupersedes:
-    def test_the_predecessor_is_superseded_and_its_task_re_placed(self, serve, workers, tmp_path):
-        server = serve()
+    def test_the_predecessor_is_superseded_and_its_task_re_placed(self, server, workers, tmp_path):
         operator = Operator(server.client())
         gate = tmp_path / "gate"
         first = workers(server, "etl-a")
@@ -66,8 +66,7 @@ class TestJournaledOutcome:
         assert ti["state"] == "running"  # the server never heard of the success
         return first, ti
 
-    def test_a_restart_re_delivers_the_success(self, serve, workers):
-        server = serve()
+    def test_a_restart_re_delivers_the_success(self, server, workers):
         operator = Operator(server.client())
         first, ti = self._crash_after_journaling(server, operator, workers)
 
@@ -80,8 +79,7 @@ class TestJournaledOutcome:
         assert "re-delivering journaled outcome success" in again.output
         assert again.stop() == 0
 
-    def test_the_re_delivery_is_refused_once_the_task_was_re_placed(self, serve, workers):
-        server = serve()
+    def test_the_re_delivery_is_refused_once_the_task_was_re_placed(self, server, workers):
         operator = Operator(server.client())
         first, ti = self._crash_after_journaling(server, operator, workers)
         # A launcher sees the process gone; the worker-lost sweep re-places its attempt.

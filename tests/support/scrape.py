@@ -2,7 +2,7 @@
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api import Operator
+from tests.support.api import Operator
 
 
 def sample(operator: Operator, name: str, **labels: str) -> float:

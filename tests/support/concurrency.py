@@ -32,13 +32,15 @@ def race(server: Any, workers: list[Callable[[httpx.Client], T]]) -> list[T]:
 
 
 def wait_for_lock_waits(engine: Any, count: int = 1, *, unless: Callable[[], bool] = lambda: False) -> int:
-    """Until at least `count` PostgreSQL backends wait on a lock, or `unless()` holds; answers
-    how many wait. Watched from a connection of its own (activity is per transaction)."""
+    """Until at least `count` PostgreSQL backends of this database wait on a lock (not those of
+    another test session's), or `unless()` holds; answers how many wait. Watched from a
+    connection of its own (activity is per transaction)."""
     deadline = time.monotonic() + BARRIER_TIMEOUT
     with engine.connect() as watcher:
         while True:
             waiting = watcher.exec_driver_sql(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").scalar()
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()").scalar()
             watcher.rollback()
             if waiting >= count or unless():
                 return waiting

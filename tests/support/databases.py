@@ -13,14 +13,15 @@ BACKENDS = os.environ.get("FENCELINE_TEST_BACKENDS", "sqlite,postgresql").split(
 
 
 @contextmanager
-def throwaway_database(backend: str, directory: Path | None = None) -> Iterator[str]:
-    """A new, empty database of `backend` (not migrated); answers its SQLAlchemy URL.
-    A SQLite file goes in `directory` (a test's tmp_path), which the caller cleans up."""
+def throwaway_database(backend: str, directory: Path | None = None, prefix: str = "fenceline_test") -> Iterator[str]:
+    """A new, empty database of `backend` (not migrated); answers its SQLAlchemy URL. A
+    PostgreSQL database is named `prefix` and a random suffix; a SQLite file goes in `directory`
+    (a test's tmp_path), which the caller cleans up."""
     if backend == "sqlite":
         assert directory is not None, "a SQLite database needs a directory"
         yield f"sqlite:///{directory / f'fenceline-{uuid.uuid4().hex[:12]}.db'}"
         return
-    name = f"fenceline_test_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
@@ -29,3 +30,8 @@ def throwaway_database(backend: str, directory: Path | None = None) -> Iterator[
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def libpq_url(url: str) -> str:
+    """A PostgreSQL URL of throwaway_database as libpq (psycopg.connect) takes it."""
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
