@@ -112,6 +112,7 @@ def test_an_openapi_python_client_sdk_runs_an_attempt_through(python_client, sha
     run = create_run.sync(client=operator, body=RunCreate.from_dict({**RUN, "run_id": "opc"}))
     worker = python_client.AuthenticatedClient(base_url=url, token=admitted.worker_token)
     (item,) = claim.sync(client=worker, body=ClaimRequest(limit=5)).items
+    assert item.payload.command == ["true"]  # a typed Payload, not a dict
     agent = python_client.AuthenticatedClient(base_url=url, token=item.attempt_token)
     assert report.sync(client=agent, body=Report.from_dict({"state": "running"})).state == "running"
     assert heartbeat.sync(client=agent).attempt_epoch == item.correlation.attempt_epoch
@@ -120,7 +121,8 @@ def test_an_openapi_python_client_sdk_runs_an_attempt_through(python_client, sha
     assert report.sync(client=renewed, body=Report.from_dict({"state": "success"})).state == "success"
 
     ti_id = run.task_instances[0].ti_id
-    assert read_task_instance.sync(ti_id, client=operator).state == "success"
+    read = read_task_instance.sync(ti_id, client=operator)
+    assert read.state == "success" and read.payload.command == ["true"]
     assert "hello from opc" in read_try_log.sync(ti_id, 1, client=operator)
     stale = heartbeat.sync(client=renewed)  # the attempt has ended
     assert isinstance(stale, StaleReport) and stale.should_terminate is True and stale.state == "success"
@@ -143,6 +145,8 @@ def test_an_openapi_generator_sdk_runs_an_attempt_through(generator_client, shar
 
     run = fc.OrchestrationApi(operator).create_run(fc.RunCreate.from_dict({**RUN, "run_id": "og"}))
     (item,) = fc.ExecutionApi(api(admitted.worker_token)).claim(fc.ClaimRequest(limit=5)).items
+    assert isinstance(item.payload, fc.Payload) and item.payload.command == ["true"]
+    assert run.task_instances[0].payload.command == ["true"]
     agent = fc.ExecutionApi(api(item.attempt_token))
     assert agent.report(fc.Report(state="running")).state == "running"
     assert agent.heartbeat().attempt_epoch == item.correlation.attempt_epoch

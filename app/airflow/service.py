@@ -5,10 +5,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, func, select
+from sqlalchemy import Engine, Row, bindparam, func, select
 from sqlmodel import Session
 
-from app.db.statements import paginate
+from app.db.engine import database_answers
+from app.db.types import utcnow
 from app.errors import AppError
 from app.execution import history
 from app.execution.models import TaskAttempt
@@ -27,6 +28,14 @@ def airflow_state(native: str) -> str | None:
     return _STATE_MAP.get(native, native)
 
 
+def native_states(shown: str | None) -> list[str]:
+    """The native states an Airflow state stands for (`none`, `no_status` or null: not yet
+    scheduled); none for a state fenceline never has (`skipped`)."""
+    if shown in (None, "none", "no_status"):
+        return [s.NONE]
+    return [native for native in s.ALL if airflow_state(native) == shown]
+
+
 def not_found(detail: str) -> AppError:
     return AppError(404, "not-found", "Not found", detail)
 
@@ -42,13 +51,6 @@ def get_run(session: Session, dag_id: str, run_id: str) -> DagRun:
 WILDCARD = "~"
 
 
-def list_dags(session: Session, limit: int, offset: int) -> tuple[list[tuple[str, datetime]], int]:
-    """Every dag_id that has a run, with its first run's time (fenceline keeps no DAG files)."""
-    query = select(DagRun.dag_id, func.min(DagRun.created_at)).group_by(DagRun.dag_id).order_by(DagRun.dag_id)
-    rows, total = paginate(session, query, limit, offset)
-    return [(r[0], r[1]) for r in rows], total
-
-
 def get_dag(session: Session, dag_id: str) -> datetime:
     """A DAG is known by its runs: the time of its first one; 404 in Airflow 3's words."""
     first = session.execute(select(func.min(DagRun.created_at)).where(DagRun.dag_id == dag_id)).scalar_one()
@@ -57,35 +59,21 @@ def get_dag(session: Session, dag_id: str) -> datetime:
     return first
 
 
-def list_runs(session: Session, dag_id: str, limit: int, offset: int) -> tuple[list[DagRun], int]:
-    """The runs of `dag_id`, or of every DAG for `~`, oldest first."""
-    query = select(DagRun).order_by(DagRun.created_at, DagRun.dag_id, DagRun.run_id)
-    if dag_id != WILDCARD:
-        query = query.where(DagRun.dag_id == dag_id)
-    return paginate(session, query, limit, offset)
+def scheduler_health(engine: Engine) -> tuple[str, str | None]:
+    """The scheduler's health as Airflow shows it, and its heartbeat: fenceline's scheduling
+    (readiness, sweeps) runs inside the API server, so it is healthy, now, when the database
+    answers."""
+    if database_answers(engine):
+        return "healthy", utcnow().isoformat()
+    return "unhealthy", None
 
 
-def list_task_instances(session: Session, dag_id: str, run_id: str, limit: int, offset: int,
-                        ) -> tuple[list[TaskInstance], int]:
-    """The task instances of one run; `~` for the run (and the DAG) widens to every run. A
-    concrete run must exist (404)."""
-    query = select(TaskInstance).order_by(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id,
-                                          TaskInstance.map_index)
-    if run_id != WILDCARD:
-        if dag_id == WILDCARD:
-            # Airflow 2.10 filters by run id across DAGs; Airflow 3 refuses it (v2 checks first).
-            query = query.where(TaskInstance.run_id == run_id)
-        else:
-            query = query.where(TaskInstance.dag_run_id == get_run(session, dag_id, run_id).id)
-    elif dag_id != WILDCARD:
-        query = query.where(TaskInstance.dag_id == dag_id)
-    return paginate(session, query, limit, offset)
-
-
-def pools(session: Session, limit: int, offset: int) -> tuple[list[PoolUse], int]:
-    """One page of the pools, by name, with their slot use, and how many there are."""
-    uses = pool_uses(session=session)
-    return uses[offset:offset + limit], len(uses)
+def get_pool(session: Session, name: str) -> PoolUse:
+    """The pool and its slot use; 404 naming it."""
+    found = pool_uses(session=session, names=[name])
+    if not found:
+        raise not_found(f"The Pool with name: `{name}` was not found")
+    return found[0]
 
 
 def pool_fields(use: PoolUse) -> dict[str, Any]:

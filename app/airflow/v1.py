@@ -3,22 +3,55 @@
 from collections.abc import Iterator
 from datetime import datetime
 from http import HTTPStatus
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Header, Request
 from fastapi.responses import Response
-from pydantic import BaseModel
 
+from app import __version__
+from app.airflow import listing, service
 from app.airflow import logs as paging
-from app.airflow import service
-from app.airflow.params import Offset, limit
-from app.airflow.service import TryView
+from app.airflow.absent import MAP_INDEX, add_absent_routes
+from app.airflow.params import MAX_PAGE, honouring, refusing
+from app.airflow.queries import (
+    NO_FIELDS,
+    DagRunsBatchBodyV1,
+    DagRunsQueryV1,
+    DagsQueryV1,
+    PoolsQueryV1,
+    TaskInstancesBatchBodyV1,
+    TaskInstancesQueryV1,
+    TasksQueryV1,
+    TriesQueryV1,
+)
+from app.airflow.service import WILDCARD
+from app.airflow.v1_schemas import (
+    DAG,
+    DAGCollection,
+    DAGDetail,
+    DagProcessorInfo,
+    DAGRun,
+    DAGRunCollection,
+    HealthInfo,
+    InstanceLog,
+    Pool,
+    PoolCollection,
+    Task,
+    TaskCollection,
+    TaskInstance,
+    TaskInstanceCollection,
+    dag_detail,
+    dag_model,
+    run_model,
+    task_model,
+    try_model,
+)
+from app.airflow.v2_schemas import BaseInfoResponse, SchedulerInfoResponse, TriggererInfoResponse, VersionInfo
 from app.auth import tokens
 from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic
-from app.errors import unauthorized
+from app.errors import AppError, unauthorized
 from app.logs.deps import StoreDep
 from app.logs.store import LogStore
-from app.orchestration.models import DagRun
 from app.orchestration.models import TaskInstance as TaskInstanceRow
 from app.web.deps import SessionDep
 from app.web.problems import ErrorFamily, problem_response, problems, register_error_family
@@ -57,152 +90,8 @@ router = Router(prefix=PREFIX, tags=["airflow-v1"], dependencies=[Depends(requir
                 generate_unique_id_function=lambda route: f"{route.name}_v1",
                 responses={401: {"description": "Unauthenticated"}, 403: {"description": "Not an operator's token"},
                            404: {"description": "Not found"}})
-Limit = limit(100)
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"
-
-
-# --- wire schemas: Airflow 2.10's field names (docs/airflow-compat.md §3.4) ------------------
-
-class DAG(BaseModel):
-    dag_id: str
-    dag_display_name: str
-    root_dag_id: str | None = None
-    is_paused: bool = False
-    is_active: bool = True
-    is_subdag: bool = False
-    last_parsed_time: datetime | None = None
-    fileloc: str = ""
-    file_token: str = ""
-    owners: list[str] = []
-    description: str | None = None
-    schedule_interval: dict[str, Any] | None = None
-    tags: list[dict[str, str]] = []
-    max_active_tasks: int = 16
-    max_active_runs: int = 16
-    has_task_concurrency_limits: bool = False
-    has_import_errors: bool = False
-
-
-class Pool(BaseModel):
-    name: str
-    slots: int
-    occupied_slots: int
-    running_slots: int
-    queued_slots: int
-    scheduled_slots: int
-    open_slots: int
-    deferred_slots: int
-    description: str | None
-    include_deferred: bool
-
-
-class PoolCollection(BaseModel):
-    pools: list[Pool]
-    total_entries: int
-
-
-class DAGCollection(BaseModel):
-    dags: list[DAG]
-    total_entries: int
-
-
-class DAGRun(BaseModel):
-    dag_run_id: str
-    dag_id: str
-    logical_date: datetime
-    execution_date: datetime
-    start_date: datetime | None
-    end_date: datetime | None
-    data_interval_start: datetime | None = None
-    data_interval_end: datetime | None = None
-    last_scheduling_decision: datetime | None = None
-    run_type: str = "manual"
-    state: str
-    external_trigger: bool = True
-    conf: dict[str, Any]
-    note: str | None = None
-
-
-class DAGRunCollection(BaseModel):
-    dag_runs: list[DAGRun]
-    total_entries: int
-
-
-class TaskInstance(BaseModel):
-    """A task instance, and also one try (Airflow 2 reuses the shape for tries)."""
-
-    task_id: str
-    task_display_name: str
-    dag_id: str
-    dag_run_id: str
-    execution_date: str
-    start_date: str | None
-    end_date: str | None
-    duration: float | None
-    state: str | None
-    try_number: int
-    map_index: int
-    max_tries: int
-    hostname: str = ""
-    unixname: str = ""
-    pool: str = "default_pool"
-    pool_slots: int = 1
-    queue: str | None = None
-    priority_weight: int | None = None
-    operator: str | None = None
-    queued_when: str | None = None
-    pid: int | None = None
-    executor: str | None = None
-    executor_config: str = "{}"
-    sla_miss: dict[str, Any] | None = None
-    rendered_map_index: str | None = None
-    rendered_fields: dict[str, Any] = {}
-    trigger: dict[str, Any] | None = None
-    triggerer_job: dict[str, Any] | None = None
-    note: str | None = None
-    # Additive fenceline fields.
-    attempt_epoch: int
-    infra_attempts: int
-    last_failure_kind: str | None
-    epochs: list[dict[str, Any]]
-
-
-class TaskInstanceCollection(BaseModel):
-    task_instances: list[TaskInstance]
-    total_entries: int
-
-
-class InstanceLog(BaseModel):
-    content: str
-    continuation_token: str
-
-
-# --- mapping ---------------------------------------------------------------------------------
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
-def run_model(run: DagRun) -> DAGRun:
-    return DAGRun(dag_run_id=run.run_id, dag_id=run.dag_id, logical_date=run.created_at,
-                  execution_date=run.created_at, start_date=run.created_at, end_date=run.ended_at,
-                  state=run.state, conf=run.conf)
-
-
-def try_model(view: TryView) -> TaskInstance:
-    ti = view.ti
-    return TaskInstance(
-        task_id=ti.task_id, task_display_name=ti.task_id, dag_id=ti.dag_id, dag_run_id=ti.run_id,
-        execution_date=ti.created_at.isoformat(), start_date=_iso(view.start_date), end_date=_iso(view.end_date),
-        duration=view.duration, state=view.state, try_number=view.try_number,
-        map_index=ti.map_index, max_tries=ti.max_tries, queued_when=_iso(view.queued_at),
-        pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue, priority_weight=ti.priority_weight,
-        attempt_epoch=view.attempt_epoch, infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
-        epochs=[{"attempt_epoch": e.attempt_epoch, "execution_id": str(e.execution_id) if e.execution_id else None,
-                 "state": e.state, "outcome_kind": e.outcome_kind, "reason": e.reason,
-                 "user_code_started": e.user_code_started} for e in view.epochs],
-    )
 
 
 def ti_models(session: SessionDep, tis: list[TaskInstanceRow]) -> list[TaskInstance]:
@@ -211,38 +100,108 @@ def ti_models(session: SessionDep, tis: list[TaskInstanceRow]) -> list[TaskInsta
 
 # --- routes ---------------------------------------------------------------------------------
 
+@router.get("/health")
+def get_health(request: Request) -> HealthInfo:
+    """Airflow 2.10's health shape: the metadatabase is fenceline's database; the scheduler's
+    work runs inside this server; there is no triggerer or DAG processor. Asks for credentials
+    (Airflow 2.10 does not): contract 6 names the routes open without them."""
+    status, beat = service.scheduler_health(request.app.state.read_engine)
+    return HealthInfo(metadatabase=BaseInfoResponse(status=status),
+                      scheduler=SchedulerInfoResponse(status=status, latest_scheduler_heartbeat=beat),
+                      triggerer=TriggererInfoResponse(status=None, latest_triggerer_heartbeat=None),
+                      dag_processor=DagProcessorInfo(status=None, latest_dag_processor_heartbeat=None))
+
+
+@router.get("/version")
+def get_version() -> VersionInfo:
+    return VersionInfo(version=__version__, git_version=None)
+
+
 @router.get("/dags")
-def get_dags(session: SessionDep, limit: Limit = 100, offset: Offset = 0) -> DAGCollection:
-    dags, total = service.list_dags(session, limit, offset)
-    return DAGCollection(total_entries=total, dags=[
-        DAG(dag_id=dag_id, dag_display_name=dag_id, last_parsed_time=first) for dag_id, first in dags])
+def get_dags(session: SessionDep, params: honouring(DagsQueryV1)) -> DAGCollection:
+    dags, total = listing.list_dags(session, params, listing.DAG_ORDER_V1([params.order_by]), params.limit,
+                                    params.offset)
+    return DAGCollection(total_entries=total, dags=[dag_model(dag_id, first) for dag_id, first in dags])
+
+
+@router.get("/dags/{dag_id}", dependencies=[Depends(refusing({"fields": NO_FIELDS}))])
+def get_dag(dag_id: str, session: SessionDep) -> DAG:
+    """A DAG fenceline knows by its runs (it keeps no DAG files)."""
+    return dag_model(dag_id, _first_run(session, dag_id))
+
+
+@router.get("/dags/{dag_id}/details", dependencies=[Depends(refusing({"fields": NO_FIELDS}))])
+def get_dag_details(dag_id: str, session: SessionDep) -> DAGDetail:
+    return dag_detail(dag_id, _first_run(session, dag_id))
+
+
+@router.get("/dags/{dag_id}/tasks")
+def get_tasks(dag_id: str, session: SessionDep, params: honouring(TasksQueryV1)) -> TaskCollection:
+    """The tasks of the DAG's latest run (a DAG is known by its runs)."""
+    tasks = [task_model(t) for t in listing.dag_tasks(session, dag_id)]
+    tasks = listing.ordered(tasks, params.order_by, TASK_KEYS)
+    return TaskCollection(tasks=tasks, total_entries=len(tasks))
+
+
+@router.get("/dags/{dag_id}/tasks/{task_id}")
+def get_task(dag_id: str, task_id: str, session: SessionDep) -> Task:
+    for task in listing.dag_tasks(session, dag_id):
+        if task.ti.task_id == task_id:
+            return task_model(task)
+    raise service.not_found(f"Task with id: '{task_id}' not found")
 
 
 @router.get("/pools")
-def get_pools(session: SessionDep, limit: Limit = 100, offset: Offset = 0) -> PoolCollection:
-    """The pools, by name, with their slot use."""
-    uses, total = service.pools(session, limit, offset)
+def get_pools(session: SessionDep, params: honouring(PoolsQueryV1)) -> PoolCollection:
+    """The pools, with their slot use."""
+    uses, total = listing.list_pools(session, params, listing.POOL_ORDER_V1([params.order_by]), params.limit,
+                                     params.offset)
     return PoolCollection(pools=[Pool(**service.pool_fields(u)) for u in uses], total_entries=total)
 
 
+@router.get("/pools/{pool_name}")
+def get_pool(pool_name: str, session: SessionDep) -> Pool:
+    return Pool(**service.pool_fields(service.get_pool(session, pool_name)))
+
+
 @router.get("/dags/{dag_id}/dagRuns")
-def get_dag_runs(dag_id: str, session: SessionDep, limit: Limit = 100, offset: Offset = 0) -> DAGRunCollection:
+def get_dag_runs(dag_id: str, session: SessionDep, params: honouring(DagRunsQueryV1)) -> DAGRunCollection:
     """The DAG's runs; `~` lists every DAG's."""
-    runs, total = service.list_runs(session, dag_id, limit, offset)
+    runs, total = listing.list_runs(session, dag_id, params, listing.RUN_ORDER_V1([params.order_by]), params.limit,
+                                    params.offset)
     return DAGRunCollection(dag_runs=[run_model(r) for r in runs], total_entries=total)
 
 
-@router.get(RUN)
+@router.post("/dags/{dag_id}/dagRuns/list")
+def get_dag_runs_batch(dag_id: Literal["~"], body: DagRunsBatchBodyV1, session: SessionDep) -> DAGRunCollection:
+    """Runs across DAGs, filtered by the body (a read, though a POST)."""
+    runs, total = listing.list_runs(session, WILDCARD, body, listing.RUN_ORDER_V1([body.order_by]), body.page_limit,
+                                    body.page_offset)
+    return DAGRunCollection(dag_runs=[run_model(r) for r in runs], total_entries=total)
+
+
+@router.get(RUN, dependencies=[Depends(refusing({"fields": NO_FIELDS}))])
 def get_dag_run(dag_id: str, dag_run_id: str, session: SessionDep) -> DAGRun:
     return run_model(service.get_run(session, dag_id, dag_run_id))
 
 
 @router.get(TI)
-def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep, limit: Limit = 100,
-                       offset: Offset = 0) -> TaskInstanceCollection:
+def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep,
+                       params: honouring(TaskInstancesQueryV1)) -> TaskInstanceCollection:
     """The run's task instances; `~` for the run and/or the DAG lists across them (Airflow 2.10
     filters by run id when only the DAG is `~`)."""
-    tis, total = service.list_task_instances(session, dag_id, dag_run_id, limit, offset)
+    tis, total = listing.list_task_instances(session, dag_id, dag_run_id, params, listing.TI_TIES, params.limit,
+                                             params.offset)
+    return TaskInstanceCollection(task_instances=ti_models(session, tis), total_entries=total)
+
+
+@router.post(TI + "/list")
+def get_task_instances_batch(dag_id: Literal["~"], dag_run_id: Literal["~"], body: TaskInstancesBatchBodyV1,
+                             session: SessionDep) -> TaskInstanceCollection:
+    """Task instances across DAGs and runs, filtered by the body (Airflow 2.10 pages none: the
+    first MAX_PAGE, and total_entries says how many there are)."""
+    body.refuse()
+    tis, total = listing.list_task_instances(session, WILDCARD, WILDCARD, body, listing.TI_TIES, MAX_PAGE, 0)
     return TaskInstanceCollection(task_instances=ti_models(session, tis), total_entries=total)
 
 
@@ -254,8 +213,8 @@ def get_task_instance(dag_id: str, dag_run_id: str, task_id: str, session: Sessi
 
 @router.get(TI + "/{task_id}/tries")
 def get_task_instance_tries(dag_id: str, dag_run_id: str, task_id: str, session: SessionDep,
-                            map_index: int = -1) -> TaskInstanceCollection:
-    return _tries(session, dag_id, dag_run_id, task_id, map_index)
+                            params: honouring(TriesQueryV1), map_index: int = -1) -> TaskInstanceCollection:
+    return _tries(session, dag_id, dag_run_id, task_id, map_index, params)
 
 
 @router.get(TI + "/{task_id}/tries/{task_try_number}")
@@ -290,27 +249,49 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, se
     return paging.answer(session, store, body, win.end - win.start, "application/json")
 
 
-@router.get(TI + "/{task_id}/{map_index}")
+@router.get(TI + "/{task_id}/" + MAP_INDEX)
 def get_mapped_task_instance(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
                              session: SessionDep) -> TaskInstance:
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
     return ti_models(session, [ti])[0]
 
 
-@router.get(TI + "/{task_id}/{map_index}/tries")
+@router.get(TI + "/{task_id}/" + MAP_INDEX + "/tries")
 def get_mapped_task_instance_tries(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
-                                   session: SessionDep) -> TaskInstanceCollection:
-    return _tries(session, dag_id, dag_run_id, task_id, map_index)
+                                   session: SessionDep, params: honouring(TriesQueryV1)) -> TaskInstanceCollection:
+    return _tries(session, dag_id, dag_run_id, task_id, map_index, params)
 
 
-@router.get(TI + "/{task_id}/{map_index}/tries/{task_try_number}")
+@router.get(TI + "/{task_id}/" + MAP_INDEX + "/tries/{task_try_number}")
 def get_mapped_task_instance_try_details(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
                                          task_try_number: int, session: SessionDep) -> TaskInstance:
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
     return try_model(service.get_try(session, ti, task_try_number))
 
 
-def _tries(session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskInstanceCollection:
+def _tries(session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index: int,
+           params: TriesQueryV1) -> TaskInstanceCollection:
+    """A page of the tries, in `order_by` (try_number by default)."""
     ti = service.get_task_instance(session, dag_id, run_id, task_id, map_index, mapped_route=True)
-    views = service.tries(session, ti)
-    return TaskInstanceCollection(task_instances=[try_model(v) for v in views], total_entries=len(views))
+    views = listing.ordered_tries(service.tries(session, ti), params.order_by)
+    page = views[params.offset:params.offset + params.limit]
+    return TaskInstanceCollection(task_instances=[try_model(v) for v in page], total_entries=len(views))
+
+
+def _first_run(session: SessionDep, dag_id: str) -> datetime:
+    """The DAG's first run; 404 in Airflow 2.10's words."""
+    try:
+        return service.get_dag(session, dag_id)
+    except AppError as exc:
+        if exc.status == 404:
+            raise service.not_found(f"DAG with dag_id: '{dag_id}' not found") from None
+        raise
+
+
+# Airflow 2.10 orders tasks by any of their fields: those fenceline's tasks carry a value for.
+TASK_KEYS = {name: (lambda task, name=name: getattr(task, name))
+             for name in ("task_id", "task_display_name", "pool", "pool_slots", "queue", "priority_weight", "retries",
+                          "is_mapped", "trigger_rule", "weight_rule")}
+
+
+add_absent_routes(router, "Airflow 2.10")

@@ -2,18 +2,28 @@
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from http import HTTPStatus
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Header, Path, Request
 from fastapi.responses import JSONResponse, Response
 
 from app import __version__
+from app.airflow import listing, service
 from app.airflow import logs as paging
-from app.airflow import service
-from app.airflow.params import Offset, limit
-from app.airflow.service import WILDCARD, TryView
+from app.airflow.absent import MAP_INDEX, add_absent_routes
+from app.airflow.filters import bad_request
+from app.airflow.params import honouring
+from app.airflow.queries import (
+    DAGRunsBatchBody,
+    DagRunsQuery,
+    DagsQuery,
+    JobsQuery,
+    PoolsQuery,
+    TaskInstancesBatchBody,
+    TaskInstancesQuery,
+)
+from app.airflow.service import WILDCARD
 from app.airflow.v2_schemas import (
     BaseInfoResponse,
     DAGCollectionResponse,
@@ -21,7 +31,6 @@ from app.airflow.v2_schemas import (
     DAGResponse,
     DAGRunCollectionResponse,
     DAGRunResponse,
-    EpochResponse,
     HealthInfoResponse,
     JobCollectionResponse,
     LoginBody,
@@ -36,14 +45,16 @@ from app.airflow.v2_schemas import (
     TaskInstancesLogResponse,
     TriggererInfoResponse,
     VersionInfo,
+    dag_details,
+    dag_response,
+    run_response,
+    try_response,
 )
 from app.auth import tokens
 from app.auth.deps import BearerDep, check_password, installation, operator_token
-from app.db.engine import database_answers
-from app.db.types import utcnow
 from app.errors import AppError, forbidden, unauthorized
 from app.logs.deps import StoreDep
-from app.orchestration.models import DagRun, TaskInstance
+from app.orchestration.models import TaskInstance
 from app.web.deps import SessionDep, commit
 from app.web.problems import ErrorFamily, register_error_family
 from app.web.routes import Router
@@ -72,7 +83,8 @@ open_router = Router(prefix=PREFIX, tags=["airflow-v2"])
 cli_login_router = Router(tags=["airflow-v2"])
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TI = RUN + "/taskInstances"
-Limit = limit(50)
+# A list that may refuse a parameter (or its value) answers 400, in Airflow 3's shape.
+BAD_REQUEST = {400: {"description": "A parameter fenceline refuses, or a value it cannot order by"}}
 
 
 def _render(*, status: int, type: str, title: str, detail: str, headers: dict[str, str] | None = None,
@@ -101,40 +113,7 @@ register_error_family(PREFIX, AIRFLOW_3)
 register_error_family("/auth/token/cli", AIRFLOW_3)  # Airflow's CLI login answers in Airflow 3's shape
 
 
-
-
-# --- mapping ---------------------------------------------------------------------------------
-
-def dag_response(dag_id: str, first_run: datetime) -> DAGResponse:
-    return DAGResponse(dag_id=dag_id, dag_display_name=dag_id, last_parsed_time=first_run)
-
-
-def run_response(run: DagRun) -> DAGRunResponse:
-    duration = (run.ended_at - run.created_at).total_seconds() if run.ended_at else None
-    return DAGRunResponse(
-        dag_run_id=run.run_id, dag_id=run.dag_id, dag_display_name=run.dag_id, logical_date=run.created_at,
-        queued_at=run.created_at, start_date=run.created_at, end_date=run.ended_at, duration=duration,
-        run_after=run.created_at, state=run.state, conf=run.conf,
-    )
-
-
-def try_response(view: TryView) -> dict[str, Any]:
-    ti = view.ti
-    return dict(
-        task_id=ti.task_id, dag_id=ti.dag_id, dag_run_id=ti.run_id, map_index=ti.map_index,
-        start_date=view.start_date, end_date=view.end_date, duration=view.duration, state=view.state,
-        try_number=view.try_number, max_tries=ti.max_tries, task_display_name=ti.task_id,
-        dag_display_name=ti.dag_id, queued_when=view.queued_at, attempt_epoch=view.attempt_epoch,
-        pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue, priority_weight=ti.priority_weight,
-        infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
-        last_failure_reason=view.last_failure_reason,
-        epochs=[EpochResponse(attempt_epoch=e.attempt_epoch,
-                              execution_id=str(e.execution_id) if e.execution_id else None,
-                              state=e.state, outcome_kind=e.outcome_kind, reason=e.reason,
-                              user_code_started=e.user_code_started, start_date=e.started_at, end_date=e.ended_at)
-                for e in view.epochs],
-    )
-
+# --- routes ---------------------------------------------------------------------------------
 
 def ti_responses(session: SessionDep, tis: list[TaskInstance]) -> list[TaskInstanceResponse]:
     """The live task instances: each its own state (up_for_retry included), its current try's epochs."""
@@ -144,11 +123,10 @@ def ti_responses(session: SessionDep, tis: list[TaskInstance]) -> list[TaskInsta
             for view in service.current_tries(session, tis)]
 
 
-# --- routes ---------------------------------------------------------------------------------
-
-@router.get("/dags")
-def get_dags(session: SessionDep, limit: Limit = 50, offset: Offset = 0) -> DAGCollectionResponse:
-    dags, total = service.list_dags(session, limit, offset)
+@router.get("/dags", responses=BAD_REQUEST)
+def get_dags(session: SessionDep, params: honouring(DagsQuery)) -> DAGCollectionResponse:
+    """Every dag_id with a run (fenceline keeps no DAG files)."""
+    dags, total = listing.list_dags(session, params, listing.DAG_ORDER(params.order_by), params.limit, params.offset)
     return DAGCollectionResponse(total_entries=total, dags=[dag_response(d, first) for d, first in dags])
 
 
@@ -160,15 +138,23 @@ def get_dag(dag_id: str, session: SessionDep) -> DAGResponse:
 
 @router.get("/dags/{dag_id}/details")
 def get_dag_details(dag_id: str, session: SessionDep) -> DAGDetailsResponse:
-    first = service.get_dag(session, dag_id)
-    return DAGDetailsResponse(**dag_response(dag_id, first).model_dump(), start_date=first, last_parsed=first)
+    return dag_details(dag_id, service.get_dag(session, dag_id))
 
 
-@router.get("/dags/{dag_id}/dagRuns")
-def get_dag_runs(dag_id: str, session: SessionDep, limit: Limit = 50,
-                 offset: Offset = 0) -> DAGRunCollectionResponse:
+@router.get("/dags/{dag_id}/dagRuns", responses=BAD_REQUEST)
+def get_dag_runs(dag_id: str, session: SessionDep, params: honouring(DagRunsQuery)) -> DAGRunCollectionResponse:
     """The DAG's runs; `~` lists every DAG's."""
-    runs, total = service.list_runs(session, dag_id, limit, offset)
+    runs, total = listing.list_runs(session, dag_id, params, listing.RUN_ORDER(params.order_by), params.limit,
+                                    params.offset)
+    return DAGRunCollectionResponse(dag_runs=[run_response(r) for r in runs], total_entries=total)
+
+
+@router.post("/dags/{dag_id}/dagRuns/list", responses=BAD_REQUEST)
+def get_dag_runs_batch(dag_id: Literal["~"], body: DAGRunsBatchBody, session: SessionDep) -> DAGRunCollectionResponse:
+    """Runs across DAGs, filtered by the body (Airflow 3's batch read; a read, though a POST)."""
+    body.refuse()
+    order = listing.RUN_ORDER([body.order_by] if body.order_by else ["id"])
+    runs, total = listing.list_runs(session, WILDCARD, body, order, body.page_limit, body.page_offset)
     return DAGRunCollectionResponse(dag_runs=[run_response(r) for r in runs], total_entries=total)
 
 
@@ -177,13 +163,25 @@ def get_dag_run(dag_id: str, dag_run_id: str, session: SessionDep) -> DAGRunResp
     return run_response(service.get_run(session, dag_id, dag_run_id))
 
 
-@router.get(TI)
+@router.get(TI, responses=BAD_REQUEST)
 def get_task_instances(dag_id: str, dag_run_id: str, session: SessionDep,
-                       limit: Limit = 50, offset: Offset = 0) -> TaskInstanceCollectionResponse:
+                       params: honouring(TaskInstancesQuery)) -> TaskInstanceCollectionResponse:
     """The run's task instances; `~` for the run (and the DAG) lists across runs."""
     if dag_id == WILDCARD and dag_run_id != WILDCARD:
-        raise AppError(400, "bad-request", "Bad request", "dag_id is required when dag_run_id is specified")
-    tis, total = service.list_task_instances(session, dag_id, dag_run_id, limit, offset)
+        raise bad_request("dag_id is required when dag_run_id is specified")
+    tis, total = listing.list_task_instances(session, dag_id, dag_run_id, params, listing.TI_ORDER(params.order_by),
+                                             params.limit, params.offset)
+    return TaskInstanceCollectionResponse(task_instances=ti_responses(session, tis), total_entries=total)
+
+
+@router.post(TI + "/list", responses=BAD_REQUEST)
+def get_task_instances_batch(dag_id: Literal["~"], dag_run_id: Literal["~"], body: TaskInstancesBatchBody,
+                             session: SessionDep) -> TaskInstanceCollectionResponse:
+    """Task instances across DAGs and runs, filtered by the body (Airflow 3's batch read)."""
+    body.refuse()
+    order = listing.TI_ORDER([body.order_by] if body.order_by else ["map_index"])
+    tis, total = listing.list_task_instances(session, WILDCARD, WILDCARD, body, order, body.page_limit,
+                                             body.page_offset)
     return TaskInstanceCollectionResponse(task_instances=ti_responses(session, tis), total_entries=total)
 
 
@@ -239,20 +237,20 @@ def _json_log(parts: Iterator[bytes], next_token: str | None) -> Iterator[bytes]
     yield b'],"continuation_token":' + json.dumps(next_token).encode() + b"}"
 
 
-@router.get(TI + "/{task_id}/{map_index}")
+@router.get(TI + "/{task_id}/" + MAP_INDEX)
 def get_mapped_task_instance(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
                              session: SessionDep) -> TaskInstanceResponse:
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
     return ti_responses(session, [ti])[0]
 
 
-@router.get(TI + "/{task_id}/{map_index}/tries")
+@router.get(TI + "/{task_id}/" + MAP_INDEX + "/tries")
 def get_mapped_task_instance_tries(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
                                    session: SessionDep) -> TaskInstanceHistoryCollectionResponse:
     return _tries(session, dag_id, dag_run_id, task_id, map_index)
 
 
-@router.get(TI + "/{task_id}/{map_index}/tries/{task_try_number}")
+@router.get(TI + "/{task_id}/" + MAP_INDEX + "/tries/{task_try_number}")
 def get_mapped_task_instance_try_details(dag_id: str, dag_run_id: str, task_id: str, map_index: int,
                                          task_try_number: int, session: SessionDep) -> TaskInstanceHistoryResponse:
     return _try(session, dag_id, dag_run_id, task_id, map_index, task_try_number)
@@ -275,18 +273,25 @@ def _try(session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index:
 
 # --- what Airflow tooling asks of a server beyond tries and logs -------------------------------
 
-@router.get("/pools")
-def get_pools(session: SessionDep, limit: Limit = 50, offset: Offset = 0) -> PoolCollectionResponse:
-    """The pools (POST /v1/pools makes them), by name, each with the slots its task instances
-    hold: queued and running (occupied), scheduled, and open."""
-    uses, total = service.pools(session, limit, offset)
+@router.get("/pools", responses=BAD_REQUEST)
+def get_pools(session: SessionDep, params: honouring(PoolsQuery)) -> PoolCollectionResponse:
+    """The pools (POST /v1/pools makes them), each with the slots its task instances hold:
+    queued and running (occupied), scheduled, and open."""
+    uses, total = listing.list_pools(session, params, listing.POOL_ORDER(params.order_by), params.limit,
+                                     params.offset)
     return PoolCollectionResponse(pools=[PoolResponse(**service.pool_fields(u)) for u in uses], total_entries=total)
 
 
-@router.get("/jobs")
-def get_jobs(limit: Limit = 50, offset: Offset = 0) -> JobCollectionResponse:
+@router.get("/pools/{pool_name}")
+def get_pool(pool_name: str, session: SessionDep) -> PoolResponse:
+    return PoolResponse(**service.pool_fields(service.get_pool(session, pool_name)))
+
+
+@router.get("/jobs", responses=BAD_REQUEST)
+def get_jobs(params: honouring(JobsQuery)) -> JobCollectionResponse:
     """Airflow's scheduler and triggerer jobs: fenceline runs none (its readiness and sweeps run
-    inside the API server), so the list is empty."""
+    inside the API server), so the list is empty, whatever it is filtered by."""
+    listing.JOB_ORDER(params.order_by)
     return JobCollectionResponse(jobs=[], total_entries=0)
 
 
@@ -316,10 +321,7 @@ def get_health(request: Request) -> HealthInfoResponse:
     """Airflow 3's health shape (open): the metadatabase is fenceline's database; the
     scheduler's work (readiness, sweeps) runs inside this server, so it is healthy when the
     database answers; there is no triggerer."""
-    if database_answers(request.app.state.read_engine):
-        status, beat = "healthy", utcnow().isoformat()
-    else:
-        status, beat = "unhealthy", None
+    status, beat = service.scheduler_health(request.app.state.read_engine)
     return HealthInfoResponse(
         metadatabase=BaseInfoResponse(status=status),
         scheduler=SchedulerInfoResponse(status=status, latest_scheduler_heartbeat=beat),
@@ -333,6 +335,9 @@ def cli_login(body: LoginBody, request: Request) -> LoginResponse:
     """Airflow's CLI login (airflowctl `auth login`): the operator's username and password for a
     bearer token. Any Authorization header sent along (a re-login's stale token) is ignored."""
     if not body.username or not body.password:
-        raise AppError(400, "bad-request", "Bad request", "Username and password must be provided")
+        raise bad_request("Username and password must be provided")
     check_password(request, body.username, body.password, refusal="Invalid credentials")  # throttled as every login
     return LoginResponse(access_token=operator_token(request, body.username))
+
+
+add_absent_routes(router, "Airflow 3")

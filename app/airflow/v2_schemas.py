@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.airflow.service import TryView
+from app.orchestration.models import DagRun
 from app.web.schemas import Strict
 
 
@@ -150,8 +152,6 @@ class TaskInstancesLogResponse(BaseModel):
     continuation_token: str | None
 
 
-
-
 class DAGDetailsResponse(DAGResponse):
     catchup: bool = False
     render_template_as_native_obj: bool = False
@@ -229,3 +229,41 @@ class LoginBody(Strict):
 
 class LoginResponse(BaseModel):
     access_token: str
+
+
+# --- presentation: fenceline's rows as Airflow 3 shows them ---------------------------------
+
+def dag_response(dag_id: str, first_run: datetime) -> DAGResponse:
+    return DAGResponse(dag_id=dag_id, dag_display_name=dag_id, last_parsed_time=first_run)
+
+
+def dag_details(dag_id: str, first_run: datetime) -> DAGDetailsResponse:
+    return DAGDetailsResponse(**dag_response(dag_id, first_run).model_dump(), start_date=first_run,
+                              last_parsed=first_run)
+
+
+def run_response(run: DagRun) -> DAGRunResponse:
+    duration = (run.ended_at - run.created_at).total_seconds() if run.ended_at else None
+    return DAGRunResponse(
+        dag_run_id=run.run_id, dag_id=run.dag_id, dag_display_name=run.dag_id, logical_date=run.created_at,
+        queued_at=run.created_at, start_date=run.created_at, end_date=run.ended_at, duration=duration,
+        run_after=run.created_at, state=run.state, conf=run.conf,
+    )
+
+
+def try_response(view: TryView) -> dict[str, Any]:
+    ti = view.ti
+    return dict(
+        task_id=ti.task_id, dag_id=ti.dag_id, dag_run_id=ti.run_id, map_index=ti.map_index,
+        start_date=view.start_date, end_date=view.end_date, duration=view.duration, state=view.state,
+        try_number=view.try_number, max_tries=ti.max_tries, task_display_name=ti.task_id,
+        dag_display_name=ti.dag_id, queued_when=view.queued_at, attempt_epoch=view.attempt_epoch,
+        pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue, priority_weight=ti.priority_weight,
+        infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
+        last_failure_reason=view.last_failure_reason,
+        epochs=[EpochResponse(attempt_epoch=e.attempt_epoch,
+                              execution_id=str(e.execution_id) if e.execution_id else None,
+                              state=e.state, outcome_kind=e.outcome_kind, reason=e.reason,
+                              user_code_started=e.user_code_started, start_date=e.started_at, end_date=e.ended_at)
+                for e in view.epochs],
+    )

@@ -2,11 +2,12 @@
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from app.orchestration.routes import DEFAULT_QUEUE, RouteName
+from app.orchestration.schemas import StoredPayload
 from app.orchestration.states import INFRA_REASONS
 from app.web.schemas import Problem, Strict
 
@@ -43,7 +44,7 @@ class Correlation(BaseModel):
 
 
 class WorkItem(BaseModel):
-    payload: dict[str, Any]
+    payload: StoredPayload
     correlation: Correlation
     attempt_token: str
 

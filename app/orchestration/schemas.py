@@ -4,7 +4,16 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapSerializer,
+    WrapValidator,
+    model_validator,
+)
 
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.routes import DEFAULT_POOL, DEFAULT_QUEUE, PriorityWeight, RouteName
@@ -48,6 +57,24 @@ class Payload(Strict):
         if not self.command and not self.image:
             raise ValueError("a payload needs a command or an image")
         return self
+
+
+def _as_read(stored: Any, validate: ValidatorFunctionWrapHandler) -> Payload:
+    """A stored payload: every one POST /v1/runs stored is a Payload; one that is not (a
+    restored snapshot's) is shown as stored rather than failing the read."""
+    try:
+        return validate(stored)
+    except ValidationError:
+        return Payload.model_construct(**stored) if isinstance(stored, dict) else Payload.model_construct()
+
+
+def _as_stored(payload: Payload, _: Any):  # unannotated: pydantic would document the annotation, not Payload
+    return payload.model_dump(mode="json", exclude_none=True, warnings=False)
+
+
+# A payload as a response shows it: typed as Payload (so generated SDKs hand back a typed
+# object), sent as it was stored (the members the run set, no nulls for the others).
+StoredPayload = Annotated[Payload, WrapValidator(_as_read), WrapSerializer(_as_stored)]
 
 
 class TaskCreate(Strict):
@@ -114,7 +141,7 @@ class TaskInstancePublic(BaseModel):
     pool_slots: int
     priority_weight: int
     upstream: list[str]
-    payload: dict[str, Any]
+    payload: StoredPayload
     next_eligible_at: datetime | None
     last_heartbeat_at: datetime | None
     queued_at: datetime | None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app import __version__
-from tests.airflow import scenario
+from tests.airflow import mixed, scenario
 from tests.airflow.scenario import DAG, RUN
 from tests.support.api import ADMIN_PASSWORD, Operator
 
@@ -93,3 +93,46 @@ def test_a_write_fenceline_does_not_take_is_refused_with_the_reason(ctl):
         done = ctl.run(*args)
         assert done.returncode == 1, args
         assert "POST /v1/runs" in done.stdout and "Traceback" not in done.stdout + done.stderr, args
+
+
+@pytest.fixture
+def mixed_ctl(live_server, tmp_path):
+    """airflowctl logged in to a server with runs in mixed states (tests/airflow/mixed.py)."""
+    with live_server.client() as http:
+        mixed.build(Operator(http))
+    ctl = Ctl(tmp_path, live_server.url)
+    ctl.ok("auth", "login", "--api-url", live_server.url, "--username", "admin", "--password", ADMIN_PASSWORD)
+    return ctl
+
+
+def test_dagrun_list_filters_by_state(mixed_ctl):
+    for state in ("success", "failed", "running"):
+        runs = mixed_ctl.one("dagrun", "list", "--state", state)["dag_runs"]
+        expected = [(dag, run) for dag, run, run_state in mixed.RUNS if run_state == state]
+        assert sorted((r["dag_id"], r["dag_run_id"]) for r in runs) == sorted(expected), state
+        assert {r["state"] for r in runs} == {state}
+
+
+def test_pools_get(mixed_ctl):
+    pool = mixed_ctl.one("pools", "get", "gpus")
+    assert (pool["name"], pool["slots"], pool["running_slots"]) == ("gpus", "4", "1")
+
+
+def test_xcom_list_is_not_found_and_says_why(mixed_ctl):
+    done = mixed_ctl.run("xcom", "list", "etl", "r1", "extract")
+    assert done.returncode == 1, done.stdout
+    assert "XComs" in done.stdout and "map_index" not in done.stdout + done.stderr
+
+
+def test_a_headless_login_needs_no_keyring(live_server, tmp_path):
+    """The README's login for a machine without a keyring: a token from `auth token`, held in
+    AIRFLOW_CLI_TOKEN, and `auth login --skip-keyring` to store only the URL."""
+    with live_server.client() as http:
+        scenario.build(Operator(http))
+    ctl = Ctl(tmp_path, live_server.url)
+    del ctl.env["AIRFLOW_CLI_DEBUG_MODE"]
+    token = ctl.ok("auth", "token", "--api-url", live_server.url, "--username", "admin", "--password",
+                   ADMIN_PASSWORD).strip()
+    ctl.env["AIRFLOW_CLI_TOKEN"] = token
+    assert "Login successful" in ctl.ok("auth", "login", "--api-url", live_server.url, "--skip-keyring")
+    assert [r["dag_run_id"] for r in ctl.one("dagrun", "list")["dag_runs"]] == [RUN]

@@ -2,12 +2,14 @@
 
 import airflow_client.client as af
 import pytest
+from airflow_client.client.api.connection_api import ConnectionApi
 from airflow_client.client.api.dag_api import DAGApi
 from airflow_client.client.api.dag_run_api import DagRunApi
 from airflow_client.client.api.monitor_api import MonitorApi
 from airflow_client.client.api.pool_api import PoolApi
 from airflow_client.client.api.task_instance_api import TaskInstanceApi
 from airflow_client.client.api.version_api import VersionApi
+from airflow_client.client.api.x_com_api import XComApi
 
 from app import __version__
 from tests.airflow import scenario
@@ -126,3 +128,36 @@ class TestBeyondTries:
         _, api = built
         pools = PoolApi(api).get_pools()
         assert [(p.name, p.slots, p.open_slots) for p in pools.pools] == [("default_pool", 128, 128)]
+
+
+class TestRoutesFencelineDoesNotHave:
+    def test_a_literal_segment_is_not_read_as_a_map_index(self, built):
+        _, api = built
+        with pytest.raises(af.exceptions.NotFoundException) as deps:
+            TaskInstanceApi(api).get_task_instance_dependencies(DAG, RUN, "extract")
+        assert "dependencies" in deps.value.body and "map_index" not in deps.value.body
+        with pytest.raises(af.exceptions.NotFoundException) as xcoms:
+            XComApi(api).get_xcom_entries(DAG, RUN, "extract")
+        assert "XComs" in xcoms.value.body
+        assert TaskInstanceApi(api).get_mapped_task_instance(DAG, RUN, "extract", -1).task_id == "extract"
+
+    def test_absent_resources_say_so_in_each_versions_shape(self, built, live_server):
+        _, api = built
+        with pytest.raises(af.exceptions.NotFoundException) as connections:
+            ConnectionApi(api).get_connections()
+        assert "connections" in connections.value.data.detail.actual_instance
+        with live_server.client() as http:
+            operator = Operator(http)
+            for path, word in (("/api/v2/variables/x", "variables"), ("/api/v2/backfills", "backfill"),
+                               ("/api/v2/config", "settings"), ("/api/v2/plugins", "plugins"),
+                               ("/api/v2/providers", "providers"), ("/api/v2/assets/events", "assets")):
+                resp = operator.get(path)
+                assert resp.status_code == 404 and set(resp.json()) == {"detail"}, path
+                assert word in resp.json()["detail"], (path, resp.text)
+            deleted = operator.delete(f"/api/v2/dags/{DAG}/dagRuns/{RUN}/taskInstances/extract/xcomEntries/k")
+            assert deleted.status_code == 404
+            v1 = operator.get(f"/api/v1/dags/{DAG}/dagRuns/{RUN}/taskInstances/extract/xcomEntries")
+            assert v1.status_code == 404 and v1.headers["content-type"] == "application/problem+json"
+            assert v1.json()["type"].endswith("Errors/NotFound") and "XComs" in v1.json()["detail"]
+            other = operator.get("/api/v2/no-such-route")
+            assert (other.status_code, set(other.json())) == (404, {"detail"})
