@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.api import ADMIN_PASSWORD
+from tests.support.api import ADMIN_PASSWORD
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-airflow2"

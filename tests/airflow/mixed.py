@@ -10,7 +10,7 @@ fenceline's own API: two DAGs, five runs, two pools and two queues.
 | etl/r2 (running) | extract up_for_retry (its try 1 spent), report queued |
 """
 
-from tests.api import Operator, Worker, task
+from tests.support.api import Operator, Worker, task
 
 GPU = {"queue": "gpu", "pool": "gpus"}
 RUNS = [("etl", "r0", "success"), ("etl", "r1", "running"), ("report", "daily", "running"),

@@ -5,7 +5,7 @@ version, a DAG, its details and tasks, a pool)."""
 from app import __version__
 from tests.airflow import mixed, scenario
 from tests.airflow.mixed import SHOWN, keys, shown
-from tests.api import Operator, task
+from tests.support.api import Operator, task
 
 ALL = set(SHOWN)
 TIS = "TaskInstanceApi", "get_task_instances"

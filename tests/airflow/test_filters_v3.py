@@ -15,7 +15,7 @@ from airflow_client.client.models.task_instances_batch_body import TaskInstances
 
 from tests.airflow import mixed
 from tests.airflow.mixed import SHOWN, keys, shown
-from tests.api import Operator
+from tests.support.api import Operator
 
 ALL = set(SHOWN)
 

@@ -14,8 +14,8 @@ from fastapi.routing import APIRoute
 from app.airflow import v1, v2
 from app.main import create_app
 from tests.airflow.conftest import run_in_airflow2
-from tests.api import task
-from tests.conftest import app_settings
+from tests.support.api import task
+from tests.support.settings import app_settings
 
 APP = create_app(app_settings("sqlite:///unused.db"))
 DOCUMENT = APP.openapi()
