@@ -7,9 +7,10 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app.logs.store import LogStore, LogStoreFault, LogStoreFull
+from app.logs.service import fault_refusal
+from app.logs.store import LogStore, LogStoreFault
 from app.telemetry.metrics import log_store_errors
-from app.web.problems import render
+from app.web.problems import render_error
 
 log = logging.getLogger("fenceline")
 
@@ -29,9 +30,4 @@ def install_fault_handler(app: FastAPI) -> None:
     async def _log_store_fault(request: Request, exc: LogStoreFault) -> JSONResponse:
         log.warning("log store %s on %s: %s", exc.reason, request.url.path, exc)
         log_store_errors.labels(reason=exc.reason).inc()
-        if isinstance(exc, LogStoreFull):
-            return render(request, 507, "log-store-full", "Log store full",
-                          f"The log store has no room; nothing was written ({exc}).")
-        return render(request, 503, "log-store-unavailable", "Log store unavailable",
-                      f"The log store cannot be used now; nothing was written ({exc}). Retry later.",
-                      headers={"Retry-After": "5"})
+        return render_error(request, fault_refusal(exc))
