@@ -27,6 +27,7 @@ class WorkerSettings:
     # The Pod this worker runs in (runtime kubernetes): pod_namespace, pod_name, pod_uid.
     pod: dict[str, str] | None = None
     log_format: str = "plain"
+    batch_tick: float = 0.05  # seconds agent writes wait to go together in one batch (0: single requests)
 
 
 RUNTIMES = ("local", "kubernetes")
@@ -67,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds one claim waits on the server for work while idle, at most "
                              f"{MAX_CLAIM_WAIT}: the server answers as soon as work is ready "
                              "(env FENCELINE_WORKER_CLAIM_WAIT)")
+    parser.add_argument("--batch-tick", type=float, default=float(_env("FENCELINE_WORKER_BATCH_TICK", "0.05")),
+                        help="seconds the running tasks' heartbeats and log chunks wait to go to the server together "
+                             "in one batch (reports go at once); 0 sends each on its own "
+                             "(env FENCELINE_WORKER_BATCH_TICK)")
     parser.add_argument("--grace-period", type=float, default=float(_env("FENCELINE_WORKER_GRACE_PERIOD", "30")),
                         help="on SIGTERM, seconds running tasks get to finish (env FENCELINE_WORKER_GRACE_PERIOD)")
     parser.add_argument("--log-format", choices=["plain", "json"], default=_env("FENCELINE_LOG_FORMAT", "plain"),
@@ -103,13 +108,15 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
         raise ValueError("--heartbeat-interval must be positive")
     if not 0 < args.claim_wait <= MAX_CLAIM_WAIT:
         raise ValueError(f"--claim-wait must be above 0 and at most {MAX_CLAIM_WAIT}")
+    if not 0 <= args.batch_tick <= 5:
+        raise ValueError("--batch-tick must be between 0 and 5 seconds")
     seat, pod = _identity(args)
     state_dir = args.state_dir or Path(_env("FENCELINE_WORKER_STATE_DIR", str(Path("data") / "worker" / seat)))
     return WorkerSettings(
         server=args.server, seat=seat, swarm=args.swarm, runtime=args.runtime, pod=pod, concurrency=args.concurrency,
         state_dir=state_dir, heartbeat_interval=args.heartbeat_interval, claim_wait=args.claim_wait,
         grace_period=max(0.0, args.grace_period), username=args.username, password=password,
-        launcher_token=launcher_token, queues=queues, log_format=args.log_format,
+        launcher_token=launcher_token, queues=queues, log_format=args.log_format, batch_tick=args.batch_tick,
     )
 
 
