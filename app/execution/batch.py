@@ -27,7 +27,7 @@ from app.auth.tokens import AttemptClaims, KeyRing
 from app.db.dialect import dialect_of
 from app.errors import AppError, forbidden, invalid_input, unauthorized, unstorable_value
 from app.execution import fence
-from app.execution.schemas import MAX_BATCH_ENTRIES, AttemptStatus, Report
+from app.execution.schemas import MAX_BATCH_ENTRIES, Report
 from app.orchestration.cas import RUNS, TI
 from app.orchestration.outcomes import Backoff
 
@@ -66,6 +66,13 @@ class Batch:
     log_appends: LogAppends
 
 
+def accepted(ti: Any) -> Result:
+    """AttemptStatus.of(ti) as JSON, written out: a batch answers hundreds (a model each cost
+    a tenth of a heartbeat's batch)."""
+    return Result(200, {"ti_id": str(ti.id), "state": ti.state, "try_number": ti.try_number,
+                        "attempt_epoch": ti.attempt_epoch, "should_terminate": False})
+
+
 def too_many(count: int) -> AppError:
     return AppError(413, "batch-too-large", "Batch too large",
                     f"A batch carries at most {MAX_BATCH_ENTRIES} entries, not {count}; send the rest in another.")
@@ -87,8 +94,7 @@ def apply(*, session: Session, batch: Batch, entries: list[dict[str, Any]]) -> l
         if group[0].op == "heartbeat":
             answers = fence.heartbeats(session=session, tokens=[e.token for e in group])
             for entry, answer in zip(group, answers, strict=True):
-                results[entry.index] = (Result.refused(answer) if isinstance(answer, AppError)
-                                        else Result(200, AttemptStatus.of(answer).model_dump(mode="json")))
+                results[entry.index] = Result.refused(answer) if isinstance(answer, AppError) else accepted(answer)
         else:
             results[group[0].index] = _applied(session, batch, group[0])
     return [r for r in results if r is not None]
@@ -144,7 +150,7 @@ def _applied(session: Session, batch: Batch, entry: Entry) -> Result:
                 return Result(200, batch.log_appends(session, entry.token, entry.fields))
             body = Report.model_validate(entry.fields)
             ti = fence.report(session=session, key=entry.token.key, body=body, backoff=batch.backoff)
-            return Result(200, AttemptStatus.of(ti).model_dump(mode="json"))
+            return accepted(ti)
     except ValidationError as exc:
         return Result.refused(invalid_input([{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
                                              for e in exc.errors()]))
