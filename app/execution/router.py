@@ -2,6 +2,7 @@
 
 import uuid
 
+import anyio
 from fastapi import Request
 
 from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
@@ -80,8 +81,22 @@ def heartbeat(session: SingleStatementDep, token: AttemptDep) -> AttemptStatus:
 schema_ref(BatchEntry)  # what an entry of a batch holds, among the document's schemas
 
 
+# A batch is tens of milliseconds of CPU: a few run at once per process, the others wait their
+# turn. Forty at once cost three times the CPU per entry of eight (threads contending for the
+# GIL; bench/batches.py), and a batch waiting here holds neither a thread nor a connection.
+BATCHES_AT_ONCE = 4
+_batch_turns: list[anyio.CapacityLimiter] = []
+
+
+def batch_turns() -> anyio.CapacityLimiter:
+    if not _batch_turns:  # made in the event loop that serves (one per process)
+        _batch_turns.append(anyio.CapacityLimiter(BATCHES_AT_ONCE))
+    return _batch_turns[0]
+
+
 @router.post("/v1/attempts/batch", responses=problems(413))  # 413: more than 500 entries, nothing applied
-def attempts_batch(body: BatchRequest, session: SessionDep, request: Request, execution_id: WorkerDep) -> BatchResults:
+async def attempts_batch(body: BatchRequest, session: SessionDep, request: Request,
+                         execution_id: WorkerDep) -> BatchResults:
     """Many attempts' writes in one request (contract 2.11), the bearer being the worker token
     of the execution they are bound to: up to 500 entries, each a `heartbeat`, a `report` or a
     `log` append carrying its attempt's own token and the fields of its single request's body
@@ -92,8 +107,13 @@ def attempts_batch(body: BatchRequest, session: SessionDep, request: Request, ex
     state = request.app.state
     batch_ = batch.Batch(execution_id, installation(request).keyring, state.settings.accept_legacy_attempt_tokens,
                          backoff(request), state.log_appends)
-    results = batch.apply(session=session, batch=batch_, entries=body.entries)
-    commit(session)
+
+    def applied() -> list[batch.Result]:
+        results = batch.apply(session=session, batch=batch_, entries=body.entries)
+        commit(session)
+        return results
+
+    results = await anyio.to_thread.run_sync(applied, limiter=batch_turns())
     metrics.count_batch(body.entries, results)
     # Built unvalidated: each result is the answer of a route whose own schema it follows.
     return BatchResults.model_construct(results=[BatchResult.model_construct(status=r.status, body=r.body)
