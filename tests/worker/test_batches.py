@@ -44,7 +44,8 @@ def batched(operator: Operator, op: str) -> float:
 
 
 def two_tasks(operator: Operator, tmp_path: Any) -> None:
-    operator.create_run(python_task("a", GATED, str(tmp_path / "gate")), python_task("b", GATED, str(tmp_path / "gate")))
+    gate = str(tmp_path / "gate")
+    operator.create_run(python_task("a", GATED, gate), python_task("b", GATED, gate))
 
 
 class TestBatches:
