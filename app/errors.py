@@ -39,3 +39,16 @@ def unauthorized(detail: str, scheme: str = "Bearer") -> AppError:
 
 def forbidden(detail: str) -> AppError:
     return AppError(403, "forbidden", "Forbidden", detail)
+
+
+def invalid_input(errors: list[dict[str, Any]], detail: str | None = None) -> AppError:
+    """422 validation-error listing `errors` ({loc, msg, type} each); the detail names where."""
+    fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in errors)
+    return AppError(422, "validation-error", "Invalid request", detail or f"Invalid input at: {fields}", errors=errors)
+
+
+def unstorable_value() -> AppError:
+    """422 invalid-value: a value no column can hold (a NUL character or a lone surrogate in
+    text, an integer beyond 64 bits), on both databases alike."""
+    return AppError(422, "invalid-value", "Invalid value", "A value cannot be stored: text must be valid Unicode "
+                    "without NUL characters, and integers must fit in 64 bits.")

@@ -30,6 +30,7 @@ from app.logs import stores
 from app.logs.deps import install_fault_handler
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
+from app.logs.service import BatchAppends
 from app.ops import health
 from app.orchestration.outcomes import Backoff
 from app.orchestration.promotion import next_eligible_at
@@ -106,6 +107,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                               threads=max(1, settings.database_pool_size // 2))
     store_name, store_note = stores.choose(settings)
     app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
+    app.state.log_appends = BatchAppends(app.state.log_store, settings.log_max_request_bytes,
+                                         settings.log_max_attempt_bytes)  # the log entries of a batch
     app.state.check_routes = check_routes  # routing's, handed to orchestration's run creation
     app.state.retention = Retention.from_settings(settings, app.state.log_store)  # the reaper's, and /v1/admin/reap's
     install_error_handlers(app)

@@ -146,7 +146,7 @@ def test_the_dialect_is_asked_in_one_place():
 ROUTERS = {m for m in MODULES if "Router(" in source(m) and m != "app.web.routes"}
 SERVICES = {m for m in MODULES if m.endswith(".service")} | {
     f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history",
-                                   "claims", "hub", "listener")
+                                   "claims", "hub", "listener", "batch")
 } | {f"app.orchestration.{n}" for n in ("cas", "outcomes", "operator", "promotion", "readiness", "runs", "events")} | {
     "app.admin.snapshot"}
 

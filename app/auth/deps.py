@@ -8,10 +8,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicC
 from sqlmodel import Session
 
 from app.auth import throttle, tokens
-from app.auth.service import Installation
+from app.auth.service import Installation, verified_attempt
 from app.db.types import utcnow
 from app.errors import forbidden, unauthorized
-from app.telemetry.metrics import agent_legacy_attempt_tokens
 
 bearer_scheme = HTTPBearer(auto_error=False, description="A token from POST /auth/token or admission.")
 basic_scheme = HTTPBasic(auto_error=False, description="Operator username and password.")
@@ -127,19 +126,13 @@ async def require_worker(request: Request, bearer: BearerDep) -> uuid.UUID:
 
 
 async def require_attempt(request: Request, bearer: BearerDep) -> tokens.AttemptClaims:
-    """An attempt token (contract 3); a claim-less one is counted, and refused if the
-    settings say so."""
-    claims = verified_claims(request, bearer, tokens.ATTEMPT_SCOPE)
-    try:
-        attempt = tokens.attempt_claims(claims)
-    except tokens.InvalidToken as exc:
-        raise unauthorized(f"The token was refused: {exc}.") from exc
+    """An attempt token (contract 3), checked by verified_attempt."""
+    if bearer is None:
+        raise unauthorized("A bearer token is required.")
+    attempt, execution_id = verified_attempt(installation(request).keyring, bearer.credentials,
+                                             accept_legacy=request.app.state.settings.accept_legacy_attempt_tokens)
     request.state.log_identity = {"ti_id": attempt.ti_id, "try_number": attempt.try_number,
-                                  "attempt_epoch": attempt.attempt_epoch, "execution_id": claims["execution_id"]}
-    if not attempt.has_epoch:
-        agent_legacy_attempt_tokens.inc()
-        if not request.app.state.settings.accept_legacy_attempt_tokens:
-            raise unauthorized("Attempt tokens without attempt_epoch are not accepted.")
+                                  "attempt_epoch": attempt.attempt_epoch, "execution_id": execution_id}
     return attempt
 
 

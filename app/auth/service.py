@@ -12,10 +12,13 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import Engine, select
 from sqlmodel import Session
 
+from app.auth import tokens
 from app.auth.models import InstallationSecret
 from app.auth.tokens import KeyRing, new_secret
 from app.config import Settings
 from app.db.statements import insert_ignore
+from app.errors import forbidden, unauthorized
+from app.telemetry.metrics import agent_legacy_attempt_tokens
 
 _hasher = PasswordHasher()
 # An argon2 check costs tens of milliseconds and 64 MiB: bound how many run at once, and
@@ -92,3 +95,22 @@ def bootstrap(engine: Engine, settings: Settings) -> Installation:
     keys = {kid: s.get_secret_value() for kid, s in settings.jwt_accepted_keys.items()}
     keys[settings.jwt_kid] = active
     return Installation(KeyRing(settings.jwt_kid, keys, settings.unscoped_token_grace_seconds), operator, generated)
+
+
+def verified_attempt(keyring: tokens.KeyRing, credentials: str, *,
+                     accept_legacy: bool) -> tuple[tokens.AttemptClaims, str]:
+    """An attempt token's claims and the execution it names (contract 3): 401 for a token
+    refused, 403 for another scope; a claim-less one is counted, and refused if `accept_legacy`
+    is off. The one check of the attempt routes and of every entry of a batch."""
+    try:
+        claims = tokens.decode(keyring, credentials, scopes=(tokens.ATTEMPT_SCOPE,))
+        attempt = tokens.attempt_claims(claims)
+    except tokens.InvalidToken as exc:
+        raise unauthorized(f"The token was refused: {exc}.") from exc
+    except tokens.WrongScope as exc:
+        raise forbidden(str(exc)) from exc
+    if not attempt.has_epoch:
+        agent_legacy_attempt_tokens.inc()
+        if not accept_legacy:
+            raise unauthorized("Attempt tokens without attempt_epoch are not accepted.")
+    return attempt, claims["execution_id"]

@@ -7,10 +7,12 @@ is served by one process whose writing transactions take turns (BEGIN IMMEDIATE)
 PostgreSQL needs locks, advisory locks and notifications for, SQLite gets from that.
 """
 
+import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import URL, Connection, Engine, make_url, text
+from sqlalchemy import URL, Connection, Engine, String, Uuid, bindparam, func, make_url, select, text, type_coerce
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
@@ -62,6 +64,24 @@ class Dialect:
         """Take the session-level lock `key` on `conn` (held while the connection lives) if it is
         free: the one process of several that leads. With one writer's process, it always does."""
         return self.one_writer or bool(conn.execute(_TRY_LEAD, {"k": key}).scalar())
+
+    def rows_table(self, name: str, columns: tuple[tuple[str, Any], ...]) -> Any:
+        """A table of rows sent as bound values (rows_values gives them), to join a statement
+        on (UPDATE … FROM it): the statement is the same for any number of rows. PostgreSQL
+        unnests one array per column; SQLite reads one JSON array of rows (json_each)."""
+        if self.one_writer:
+            each = func.json_each(bindparam(name, type_=String)).table_valued("value")
+            return select(*(type_coerce(func.json_extract(each.c.value, f"$[{n}]"), String if kind is Uuid else kind)
+                            .label(column) for n, (column, kind) in enumerate(columns))).subquery(name)
+        return select(*(func.unnest(bindparam(f"{name}_{column}", type_=postgresql.ARRAY(kind))).label(column)
+                        for column, kind in columns)).subquery(name)
+
+    def rows_values(self, name: str, columns: tuple[tuple[str, Any], ...],
+                    rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+        """The bound values of rows_table(name, columns) holding `rows`."""
+        if self.one_writer:  # a UUID as SQLite stores it: 32 hex digits
+            return {name: json.dumps([[v.hex if isinstance(v, uuid.UUID) else v for v in row] for row in rows])}
+        return {f"{name}_{column}": [row[n] for row in rows] for n, (column, _) in enumerate(columns)}
 
     def lock_table(self, session: Session, table: str) -> None:
         """Lock `table` IN EXCLUSIVE MODE until the transaction ends: other writers of it wait,

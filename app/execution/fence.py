@@ -9,13 +9,14 @@ gets 409 stale-report with should_terminate and changes nothing.
 
 import uuid
 from datetime import datetime
+from functools import cache
 
-from sqlalchemy import CTE, Row, bindparam, exists, select, update
+from sqlalchemy import CTE, Integer, Row, Update, Uuid, bindparam, exists, or_, select, update
 from sqlmodel import Session
 
 from app.auth.attempt_key import AttemptKey
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
-from app.db.dialect import dialect_of
+from app.db.dialect import Dialect, dialect_of
 from app.db.engine import one_statement
 from app.db.statements import one_of
 from app.db.types import utcnow
@@ -134,6 +135,34 @@ def heartbeat(*, session: Session, token: AttemptClaims, now: datetime | None = 
     if ti is None:
         raise _stale(token, _row(session, token.ti_id))
     return ti
+
+
+# A batch's heartbeats (app/execution/batch.py): one guarded statement for them all, joined on
+# the tokens' (ti, try, epoch) rows, a claim-less token's epoch being null (its try alone), as
+# BEAT matches one. Built once per dialect: the rows are sent as bound values (Dialect.rows_table).
+TOKEN_ROWS = (("ti", Uuid), ("try_number", Integer), ("epoch", Integer))
+ROWS = select(*FENCE_COLUMNS).where(TI.c.id.in_(bindparam("ids", expanding=True)))
+
+
+@cache
+def _beats(dialect: Dialect) -> Update:
+    tokens = dialect.rows_table("tokens", TOKEN_ROWS)
+    return (update(TI).where(TI.c.id == tokens.c.ti, TI.c.try_number == tokens.c.try_number,
+                             or_(tokens.c.epoch.is_(None), TI.c.attempt_epoch == tokens.c.epoch),
+                             one_of(TI.c.state, s.IN_FLIGHT))
+            .values(last_heartbeat_at=bindparam("now")).returning(*FENCE_COLUMNS))
+
+
+def heartbeats(*, session: Session, tokens: list[AttemptClaims], now: datetime | None = None) -> list[Row | AppError]:
+    """heartbeat() for each of `tokens` in one guarded statement: each one's stamped row, or the
+    refusal its single heartbeat would get (read in one more statement)."""
+    dialect = dialect_of(session)
+    rows = dialect.rows_values("tokens", TOKEN_ROWS, [(t.ti_id, t.try_number, t.attempt_epoch) for t in tokens])
+    beaten = {row.id: row for row in session.execute(_beats(dialect), {**rows, "now": now or utcnow()})}
+    missed = {t.ti_id for t in tokens if t.ti_id not in beaten or not relaxed_match(t, beaten[t.ti_id])}
+    current = {row.id: row for row in session.execute(ROWS, {"ids": list(missed)})} if missed else {}
+    return [row if (row := beaten.get(t.ti_id)) is not None and relaxed_match(t, row)
+            else _stale(t, current.get(t.ti_id)) for t in tokens]
 
 
 def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,

@@ -50,6 +50,7 @@ class Candidate:
     # agent-lost only: a heartbeat at or after this saves the attempt, even one that landed
     # between the listing and the mark.
     silent_before: datetime | None = None
+    dag_run_id: uuid.UUID | None = None  # the order of a sweep's marks: by run, then task instance
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime) 
     """agent-lost: running with a heartbeat older than the threshold; dispatch-lost: queued,
     never reported running, for longer than the threshold; worker-lost: in flight on an
     execution that was superseded or observed terminal."""
-    cols = (TaskInstance.id, TaskInstance.state, TaskInstance.try_number, TaskInstance.attempt_epoch)
+    cols = (TaskInstance.id, TaskInstance.state, TaskInstance.try_number, TaskInstance.attempt_epoch,
+            TaskInstance.dag_run_id)
     queries = {
         s.AGENT_LOST: select(*cols).where(
             from_sources(s.AGENT_LOST),
@@ -84,8 +86,10 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime) 
         silent_before = now - thresholds.agent_lost if rail is s.AGENT_LOST else None
         for row in session.execute(query):
             key = AttemptKey(row.id, row.try_number, row.attempt_epoch)
-            found[row.id] = Candidate(key, row.state, rail.name, silent_before)
-    return sorted(found.values(), key=lambda c: str(c.key.ti_id))
+            found[row.id] = Candidate(key, row.state, rail.name, silent_before, row.dag_run_id)
+    # In run order, the order every path that locks several runs takes them (a batch of
+    # reports too, app/execution/batch.py): so a sweep and a batch never deadlock.
+    return sorted(found.values(), key=lambda c: (str(c.dag_run_id), str(c.key.ti_id)))
 
 
 def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datetime) -> bool:

@@ -2,7 +2,7 @@
 
 import uuid
 from datetime import datetime
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -83,6 +83,12 @@ class AttemptStatus(BaseModel):
     should_terminate: bool = False
 
 
+    @classmethod
+    def of(cls, ti: Any) -> "AttemptStatus":
+        """The answer for a task instance row the write left live."""
+        return cls(ti_id=ti.id, state=ti.state, try_number=ti.try_number, attempt_epoch=ti.attempt_epoch)
+
+
 class RenewedToken(BaseModel):
     attempt_token: str
 
@@ -157,3 +163,39 @@ class StaleExecution(Problem):
     STATUSES: ClassVar[tuple[int, ...]] = (409,)
     type: Literal["stale-execution"]
     should_terminate: bool
+
+
+# --- batches (contract 2.11) ---------------------------------------------------------------------
+MAX_BATCH_ENTRIES = 500
+
+
+class BatchEntry(BaseModel):
+    """One entry of a batch: `attempt_token` (the attempt's own token, checked as its single
+    request's bearer would be), `op` and the fields of the single request's body: none for
+    `heartbeat`; those of POST /v1/attempts/report for `report` (`state`, `reason`,
+    `reschedule_at`); those of POST /v1/attempts/logs for `log` (`offset`, `content`). An entry
+    that breaks these rules is answered 422 on its own; the others go on."""
+
+    model_config = {"extra": "allow"}
+    attempt_token: str
+    op: Literal["heartbeat", "report", "log"]
+
+
+class BatchRequest(Strict):
+    """Up to 500 entries, answered in order (more: 413, the whole batch refused)."""
+
+    # Each entry is read on its own (app/execution/batch.py): one malformed entry is that
+    # entry's 422, not the batch's. BatchEntry documents what an entry holds.
+    entries: list[dict[str, Any]] = Field(json_schema_extra={"items": {"$ref": "#/components/schemas/BatchEntry"}})
+
+
+class BatchResult(BaseModel):
+    """What the entry's single request would have answered: its status and its body (an
+    AttemptStatus, a LogAppended `{size}` or a problem document with its `should_terminate`)."""
+
+    status: int
+    body: dict[str, Any]
+
+
+class BatchResults(BaseModel):
+    results: list[BatchResult]

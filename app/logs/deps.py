@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app.logs.store import LogStore, LogStoreFault, LogStoreFull
+from app.logs.service import fault_refusal
+from app.logs.store import LogStore, LogStoreFault
 from app.telemetry.metrics import log_store_errors
 from app.web.deps import SAFE_METHODS
-from app.web.problems import render
+from app.web.problems import render_error
 
 log = logging.getLogger("fenceline")
 
@@ -31,12 +32,4 @@ def install_fault_handler(app: FastAPI) -> None:
     async def _log_store_fault(request: Request, exc: LogStoreFault) -> JSONResponse:
         log.warning("log store %s on %s: %s", exc.reason, request.url.path, exc)
         log_store_errors.labels(reason=exc.reason).inc()
-        if isinstance(exc, LogStoreFull):
-            return render(request, 507, "log-store-full", "Log store full",
-                          f"The log store has no room; nothing was written ({exc}).")
-        if request.method in SAFE_METHODS:  # a read: nothing was sent yet (app/logs/service.py read)
-            detail = f"The log store cannot be read now ({exc}). Retry later."
-        else:
-            detail = f"The log store cannot be used now; nothing was written ({exc}). Retry later."
-        return render(request, 503, "log-store-unavailable", "Log store unavailable", detail,
-                      headers={"Retry-After": "5"})
+        return render_error(request, fault_refusal(exc, reading=request.method in SAFE_METHODS))

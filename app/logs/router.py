@@ -1,35 +1,24 @@
 """HTTP for attempt logs: agent appends and the native read of a try's log."""
 
 import uuid
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
 
 from app.auth.deps import AttemptDep, OperatorDep
-from app.errors import AppError
 from app.execution.schemas import StaleReport
 from app.logs import service
 from app.logs.deps import StoreDep
+from app.logs.schemas import LogAppend, LogAppended
 from app.orchestration.runs import get_task_instance
 from app.telemetry.metrics import log_bytes_appended
 from app.web.deps import SessionDep, commit
 from app.web.problems import problems, refusals
 from app.web.routes import Router
-from app.web.schemas import Problem, Strict
+from app.web.schemas import Problem
 
 router = Router(tags=["logs"], responses=problems(401, 403, 422))
-
-
-class LogAppend(Strict):
-    allow_nul = True  # task output may hold NUL bytes; the log store keeps them
-    offset: Annotated[int, Field(ge=0, description="The byte length the agent believes is already stored.")]
-    content: str = Field(description="Text lines; a line may be a JSON object with timestamp, level and event.")
-
-
-class LogAppended(BaseModel):
-    size: int
 
 
 class LogWriteRefused(Problem):
@@ -48,14 +37,11 @@ def append_log(body: LogAppend, session: SessionDep, store: StoreDep, request: R
                token: AttemptDep) -> LogAppended:
     """Append to this attempt's own log stream; idempotent under retry (same offset, same bytes)."""
     settings = request.app.state.settings
-    appended = len(body.content.encode())
-    if appended > settings.log_max_request_bytes:
-        raise AppError(413, "payload-too-large", "Payload too large",
-                       f"An append carries at most {settings.log_max_request_bytes} bytes.")
     size = service.append(session=session, store=store, token=token, offset=body.offset, content=body.content,
+                          max_request_bytes=settings.log_max_request_bytes,
                           max_attempt_bytes=settings.log_max_attempt_bytes)
     commit(session)
-    log_bytes_appended.inc(appended)
+    log_bytes_appended.inc(len(body.content.encode()))
     return LogAppended(size=size)
 
 

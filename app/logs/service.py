@@ -10,6 +10,7 @@ epoch can no longer append.
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Row, bindparam, select
 from sqlmodel import Session
@@ -19,9 +20,11 @@ from app.errors import AppError, not_found
 from app.execution import history
 from app.execution.fence import current_attempt
 from app.logs.models import LogRemoval
-from app.logs.store import LogConflict, LogGap, LogStore
+from app.logs.schemas import LogAppend, LogAppended
+from app.logs.store import LogConflict, LogGap, LogStore, LogStoreFault, LogStoreFull
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
+from app.telemetry.metrics import log_bytes_appended, log_store_errors
 
 SYSTEM_PREFIX = "::fenceline::"
 
@@ -32,15 +35,18 @@ def log_key(ti: TaskInstance, try_number: int, epoch: int) -> str:
 
 
 def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: int, content: str,
-           max_attempt_bytes: int) -> int:
+           max_request_bytes: int, max_attempt_bytes: int) -> int:
     """Append to the token's own attempt stream; answers the stored size. The attempt must still
     be the task instance's current one under the relaxed rule (contract 2.5), finished or not:
     a superseded attempt's append is refused like any stale write, and a claim-less token
-    appends to its try's legacy stream (`{try}.log`, served first). 409 log-offset-gap past the
-    end; 413 past the per-attempt limit."""
+    appends to its try's legacy stream (`{try}.log`, served first). 413 payload-too-large past
+    the per-request limit; 409 log-offset-gap past the end; 413 past the per-attempt limit."""
+    data = content.encode()
+    if len(data) > max_request_bytes:
+        raise AppError(413, "payload-too-large", "Payload too large",
+                       f"An append carries at most {max_request_bytes} bytes.")
     ti = current_attempt(session, token)
     key = log_key(ti, token.try_number, token.attempt_epoch or 0)
-    data = content.encode()
     # An append ending within the limit cannot grow the stream past it (bytes before its offset
     # are already stored), so the store is asked for its size only to explain a refusal.
     if offset + len(data) > max_attempt_bytes:
@@ -56,6 +62,42 @@ def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: i
         raise AppError(409, "log-offset-conflict", "Log offset conflict",
                        f"The bytes from offset {offset} differ from those already stored; nothing was written.",
                        stored_size=clash.stored) from None
+
+
+def fault_refusal(fault: LogStoreFault, *, reading: bool = False) -> AppError:
+    """What a store's fault answers: 507 log-store-full, else 503 log-store-unavailable (retry
+    later), worded for a read (nothing was sent yet) or a write (the store recorded nothing, and
+    an agent keeps its unshipped log and sends it again)."""
+    if isinstance(fault, LogStoreFull):
+        return AppError(507, "log-store-full", "Log store full",
+                        f"The log store has no room; nothing was written ({fault}).")
+    detail = (f"The log store cannot be read now ({fault}). Retry later." if reading else
+              f"The log store cannot be used now; nothing was written ({fault}). Retry later.")
+    refusal = AppError(503, "log-store-unavailable", "Log store unavailable", detail)
+    refusal.headers = {"Retry-After": "5"}
+    return refusal
+
+
+@dataclass(frozen=True)
+class BatchAppends:
+    """A batch's `log` entries (app/execution/batch.py, which the app hands this to): each
+    entry's fields validated and appended as POST /v1/attempts/logs would, a store's fault
+    answered as that route answers it."""
+
+    store: LogStore
+    max_request_bytes: int
+    max_attempt_bytes: int
+
+    def __call__(self, session: Session, token: AttemptClaims, fields: dict[str, Any]) -> dict[str, Any]:
+        body = LogAppend.model_validate(fields)  # a ValidationError is the entry's 422
+        try:
+            size = append(session=session, store=self.store, token=token, offset=body.offset, content=body.content,
+                          max_request_bytes=self.max_request_bytes, max_attempt_bytes=self.max_attempt_bytes)
+        except LogStoreFault as fault:
+            log_store_errors.labels(reason=fault.reason).inc()
+            raise fault_refusal(fault) from None
+        log_bytes_appended.inc(len(body.content.encode()))
+        return LogAppended(size=size).model_dump()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ checkout and check-in.
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -87,6 +88,22 @@ reaper_marks = Counter(
 )
 
 # --- logs, tokens ------------------------------------------------------------------------------
+batch_entries = Counter("fenceline_batch_entries", "Entries of POST /v1/attempts/batch answered, by op and status.",
+                        ["op", "status"])
+BATCH_OPS = ("heartbeat", "report", "log")
+
+
+def count_batch(entries: list[dict[str, Any]], results: list[Any]) -> None:
+    """A batch's entries, each counted as its single request is (reports, stale writes) and by op."""
+    for entry, result in zip(entries, results, strict=True):
+        op = entry.get("op") if entry.get("op") in BATCH_OPS else "invalid"
+        batch_entries.labels(op, str(result.status)).inc()
+        if result.status == 200 and op == "report":
+            reports.labels(entry.get("state")).inc()
+        elif result.body.get("type") == "stale-report":
+            stale_reports.labels("/v1/attempts/batch").inc()
+
+
 log_bytes_appended = Counter(
     "fenceline_log_bytes_appended",
     "Bytes of attempt-log appends the log store accepted (a resent append counts again).",

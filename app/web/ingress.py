@@ -48,6 +48,8 @@ class Limits:
             ("POST", "/v1/runs"): (settings.run_max_request_bytes, ("operator",)),
             ("POST", "/v1/admin/snapshot"): (settings.snapshot_max_request_bytes, ("operator",)),
             ("POST", "/v1/attempts/logs"): (LOG_ENVELOPE * settings.log_max_request_bytes + 1024, ("attempt",)),
+            # A batch carries up to 500 entries' tokens and, together, one append's worth of log.
+            ("POST", "/v1/attempts/batch"): (LOG_ENVELOPE * settings.log_max_request_bytes + 1024 * 1024, ("worker",)),
         }, settings.max_json_depth, settings.max_free_form_depth)
 
     def body_bytes(self, scope: Scope, allows: "Allows") -> tuple[int, bool]:

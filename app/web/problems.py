@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from app.db.faults import DatabaseFault, database_fault
-from app.errors import AppError
+from app.errors import AppError, invalid_input, unstorable_value
 from app.telemetry.metrics import stale_reports
 from app.telemetry.observe import route_of
 from app.web.schemas import InvalidRequest, Problem
@@ -160,9 +160,11 @@ def render(request: Request, status: int, type: str, title: str, detail: str,
 
 def validation_problem(request: Request, errors: list[dict[str, Any]], detail: str | None = None) -> JSONResponse:
     """422 validation-error listing `errors` ({loc, msg, type} each); the detail names where."""
-    fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in errors)
-    return render(request, 422, "validation-error", "Invalid request", detail or f"Invalid input at: {fields}",
-                  errors=errors)
+    return render_error(request, invalid_input(errors, detail))
+
+
+def render_error(request: Request, exc: AppError) -> JSONResponse:
+    return render(request, exc.status, exc.type, exc.title, exc.detail, headers=exc.headers or None, **exc.extra)
 
 
 _STATUS_TYPES = {
@@ -208,7 +210,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _app_error(request: Request, exc: AppError) -> JSONResponse:
         if exc.type == "stale-report":
             stale_reports.labels(route_of(request.scope)).inc()
-        return render(request, exc.status, exc.type, exc.title, exc.detail, headers=exc.headers or None, **exc.extra)
+        return render_error(request, exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -238,9 +240,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # A value no column can hold (a NUL character or a lone surrogate in text, an integer
         # beyond 64 bits): the client's input, so a 422, and the request rolled back.
         log.info("unstorable value on %s: %r", request.url.path, exc)
-        return render(request, 422, "invalid-value", "Invalid value",
-                      "A value cannot be stored: text must be valid Unicode without NUL characters, "
-                      "and integers must fit in 64 bits.")
+        return render_error(request, unstorable_value())
 
     for unstorable in (DataError, UnicodeEncodeError, OverflowError):
         app.add_exception_handler(unstorable, _unstorable)

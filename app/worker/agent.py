@@ -49,8 +49,9 @@ class Worker:
 
     def __init__(self, settings: WorkerSettings, log: logging.Logger | None = None) -> None:
         self.settings = settings
-        self.ctx = Context(api=Api(settings.server), state=StateDir(settings.state_dir), settings=settings,
-                           log=log or logging.getLogger("fenceline.worker"))
+        log = log or logging.getLogger("fenceline.worker")
+        self.ctx = Context(api=Api(settings.server, batch_tick=settings.batch_tick, log=log.info),
+                           state=StateDir(settings.state_dir), settings=settings, log=log)
         self.worker_token = ""
         self.execution_id = ""
         self.threads: list[threading.Thread] = []
@@ -123,6 +124,7 @@ class Worker:
             self._admit_pod(operator)
         else:
             self._admit_local(operator)
+        self.ctx.api.batcher.start(self.worker_token, self.execution_id)  # its attempts' writes, together
 
     def _admit_pod(self, operator: str) -> None:
         """Admit this Pod, or re-attach to its execution (app/worker/kubernetes.py)."""

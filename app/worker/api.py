@@ -7,11 +7,12 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import httpx
 
 from app.worker import tracing
+from app.worker.batcher import Batcher
 
 T = TypeVar("T")
 
@@ -83,6 +84,14 @@ def _problem(resp: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"type": "unknown", "detail": str(body)[:200]}
 
 
+def refuse(status: int, problem: dict[str, Any]) -> NoReturn:
+    """Raise what a refusal means to the worker: a fault on the server's side is repeated."""
+    if status >= 500 or status == 429:
+        # Say which fault (database-unavailable, log-store-full, ...): the call is repeated.
+        raise ServerUnreachable(f"HTTP {status} {problem.get('type', '')}".rstrip())
+    raise (Stale if problem.get("should_terminate") else Refused)(status, problem)
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -90,12 +99,39 @@ def bearer(token: str) -> dict[str, str]:
 class Api:
     """The endpoints the worker calls. One client, shared by every task thread."""
 
-    def __init__(self, server: str, timeout: float = 15.0) -> None:
+    def __init__(self, server: str, timeout: float = 15.0, batch_tick: float = 0.0,
+                 log: Callable[[str], None] = lambda _: None) -> None:
         self.server, self.timeout = server.rstrip("/"), timeout
         self.http = httpx.Client(base_url=self.server, timeout=httpx.Timeout(timeout, connect=5.0))
+        # The agent writes of every task, coalesced once the execution is admitted (batch_tick 0: never).
+        self.batcher = Batcher(self._post_batch, batch_tick, ServerUnreachable, log=log)
 
     def close(self) -> None:
+        self.batcher.close()
         self.http.close()
+
+    def _post_batch(self, worker_token: str, entries: list[dict[str, Any]]) -> tuple[int, Any]:
+        """POST /v1/attempts/batch: (status, body) of any answer but a fault worth repeating."""
+        try:
+            resp = self.http.post("/v1/attempts/batch", json={"entries": entries}, headers=bearer(worker_token))
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
+        problem = _problem(resp)
+        if resp.status_code >= 500 or resp.status_code == 429:
+            refuse(resp.status_code, problem)
+        return resp.status_code, problem
+
+    def _agent_write(self, attempt_token: str, op: str, fields: dict[str, Any], single: Callable[[], Any],
+                     urgent: bool = False) -> Any:
+        """An attempt's write, in the next batch where it can go in one, else as `single()`;
+        answered (or refused) exactly alike."""
+        answered = self.batcher.send({"attempt_token": attempt_token, "op": op, **fields}, urgent=urgent)
+        if answered is None:
+            return single()
+        status, body = answered
+        if 200 <= status < 300:
+            return body
+        refuse(status, body if isinstance(body, dict) else {})
 
     def call(self, method: str, path: str, *, token: str | None = None, json: Any = None,
              headers: dict[str, str] | None = None, wait: float = 0.0) -> tuple[int, Any]:
@@ -111,11 +147,7 @@ class Api:
             raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
         if resp.is_success:
             return resp.status_code, resp.json() if resp.content else None
-        problem = _problem(resp)
-        if resp.status_code >= 500 or resp.status_code == 429:
-            # Say which fault (database-unavailable, log-store-full, ...): the call is repeated.
-            raise ServerUnreachable(f"HTTP {resp.status_code} {problem.get('type', '')}".rstrip())
-        raise (Stale if problem.get("should_terminate") else Refused)(resp.status_code, problem)
+        refuse(resp.status_code, _problem(resp))
 
     # operator calls ---------------------------------------------------------------------
 
@@ -140,12 +172,15 @@ class Api:
 
     def report(self, attempt_token: str, state: str, reason: str | None = None,
                reschedule_at: str | None = None) -> dict[str, Any]:
+        """Sent at once and on its own, never in a batch: a task waits on it to start or to end,
+        and it carries its run's traceparent (a batch has one for all its entries)."""
         body = {"state": state, **({"reason": reason} if reason else {}),
                 **({"reschedule_at": reschedule_at} if reschedule_at else {})}
         return self.call("POST", "/v1/attempts/report", token=attempt_token, json=body)[1]
 
     def heartbeat(self, attempt_token: str) -> None:
-        self.call("POST", "/v1/attempts/heartbeat", token=attempt_token)
+        self._agent_write(attempt_token, "heartbeat", {},
+                          single=lambda: self.call("POST", "/v1/attempts/heartbeat", token=attempt_token))
 
     def release(self, attempt_token: str) -> None:
         self.call("POST", "/v1/attempts/release", token=attempt_token)
@@ -153,6 +188,8 @@ class Api:
     def renew(self, attempt_token: str) -> str:
         return self.call("POST", "/v1/auth/renew", token=attempt_token)[1]["attempt_token"]
 
-    def append_log(self, attempt_token: str, offset: int, content: str) -> int:
-        return self.call("POST", "/v1/attempts/logs", token=attempt_token,
-                         json={"offset": offset, "content": content})[1]["size"]
+    def append_log(self, attempt_token: str, offset: int, content: str, urgent: bool = False) -> int:
+        """In the next batch; `urgent` (a finished task's tail, before its outcome) sends it at once."""
+        body = {"offset": offset, "content": content}
+        return self._agent_write(attempt_token, "log", body, urgent=urgent, single=lambda: self.call(
+            "POST", "/v1/attempts/logs", token=attempt_token, json=body)[1])["size"]

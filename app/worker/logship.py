@@ -52,7 +52,7 @@ class LogShipper:
             return False
         content = data[:cut].decode("utf-8", errors="replace")
         try:
-            self.api.append_log(self.token(), self.server_size, content)
+            self.api.append_log(self.token(), self.server_size, content, urgent=final)
         except Refused as exc:
             if exc.type != "log-offset-gap":
                 raise
@@ -61,7 +61,7 @@ class LogShipper:
             stored = int(exc.problem.get("stored_size", 0))
             self.log(f"log store holds {stored} bytes, expected {self.server_size}; continuing from there")
             self.server_size = stored
-            self.api.append_log(self.token(), self.server_size, content)
+            self.api.append_log(self.token(), self.server_size, content, urgent=final)
         # The server's answer may be larger (an earlier send of this range landed); the next
         # chunk still goes at our own count, and the server skips what it already has.
         self.file_pos += cut

@@ -38,6 +38,7 @@ class WorkerSettings:
     # The Pod this worker runs in (runtime kubernetes): pod_namespace, pod_name, pod_uid.
     pod: dict[str, str] | None = None
     log_format: str = "plain"
+    batch_tick: float = 0.05  # seconds agent writes wait to go together in one batch (0: single requests)
 
 
 RUNTIMES = ("local", "kubernetes")
@@ -84,6 +85,12 @@ def one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def as_tick(raw: str) -> float:
+    if not 0 <= (value := as_seconds(raw)) <= 5:
+        raise ValueError(f"must be between 0 and 5 seconds, not {raw.strip()}")
+    return value
+
+
 def as_queues(raw: str) -> tuple[str, ...]:
     queues = tuple(dict.fromkeys(q.strip() for q in raw.split(",") if q.strip()))
     if not queues:
@@ -126,6 +133,9 @@ SETTINGS = [
     Setting("--claim-wait", "FENCELINE_WORKER_CLAIM_WAIT", "20", as_positive_seconds,
             "seconds one claim waits on the server for work while idle, at most the server's limit on a claim's "
             "wait (docs/worker.md): the server answers as soon as work is ready"),
+    Setting("--batch-tick", "FENCELINE_WORKER_BATCH_TICK", "0.05", as_tick,
+            "seconds the running tasks' heartbeats and log chunks wait to go to the server together in one batch "
+            "(reports go at once); 0 sends each on its own"),
     Setting("--grace-period", "FENCELINE_WORKER_GRACE_PERIOD", "30", as_seconds,
             "on SIGTERM, seconds running tasks get to finish"),
     Setting("--log-format", "FENCELINE_LOG_FORMAT", "plain", one_of(LOG_FORMATS),
@@ -173,7 +183,7 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
         concurrency=values["concurrency"], state_dir=state_dir, heartbeat_interval=values["heartbeat_interval"],
         claim_wait=values["claim_wait"], grace_period=max(0.0, values["grace_period"]),
         username=values["username"], password=password, launcher_token=launcher_token, queues=values["queues"],
-        log_format=values["log_format"],
+        log_format=values["log_format"], batch_tick=values["batch_tick"],
     )
 
 

@@ -1,0 +1,163 @@
+"""Batches (contract 2.11): one request carrying many attempts' heartbeats, reports and log
+appends, each answered exactly as its single request would be.
+
+Every entry is checked on its own, in the order its single request checks it: its token (401,
+403 for another scope or for an attempt of another execution than the bearer's), then its
+fields (422), then the fence (2.5). Entries are applied in order, each whole or not at all: a
+report or a log append runs in a savepoint of its own, so a refusal rolls back that entry and
+nothing else. What entries can share, they share: a run of consecutive heartbeats is one
+guarded statement (fence.heartbeats), and the runs of every outcome in the batch are locked
+first, in one order (run id), so two batches, or a batch and a reaper sweep, never deadlock.
+A batch sent again changes nothing twice: each entry answers as its single request does when
+repeated. Log appends belong to the logs domain, above this one: the app hands them in.
+"""
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import bindparam, select
+from sqlalchemy.exc import DataError, StatementError
+from sqlmodel import Session
+
+from app.auth.service import verified_attempt
+from app.auth.tokens import AttemptClaims, KeyRing
+from app.db.dialect import dialect_of
+from app.errors import AppError, forbidden, invalid_input, unauthorized, unstorable_value
+from app.execution import fence
+from app.execution.schemas import MAX_BATCH_ENTRIES, Report
+from app.orchestration.cas import RUNS, TI
+from app.orchestration.outcomes import Backoff
+
+# A log entry's work: (session, token, fields) -> the answer's body, raising what the single
+# append raises (app/logs/service.py BatchAppends).
+LogAppends = Callable[[Session, AttemptClaims, dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Result:
+    status: int
+    body: dict[str, Any]
+
+    @classmethod
+    def refused(cls, refusal: AppError) -> "Result":
+        return cls(refusal.status, {"type": refusal.type, "title": refusal.title, "status": refusal.status,
+                                    "detail": refusal.detail, **refusal.extra})
+
+
+@dataclass(frozen=True)
+class Entry:
+    index: int
+    op: str
+    token: AttemptClaims
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What every entry of a batch is checked and applied with."""
+
+    execution_id: uuid.UUID  # the bearer's
+    keyring: KeyRing
+    accept_legacy: bool
+    backoff: Backoff
+    log_appends: LogAppends
+
+
+def accepted(ti: Any) -> Result:
+    """AttemptStatus.of(ti) as JSON, written out: a batch answers hundreds (a model each cost
+    a tenth of a heartbeat's batch)."""
+    return Result(200, {"ti_id": str(ti.id), "state": ti.state, "try_number": ti.try_number,
+                        "attempt_epoch": ti.attempt_epoch, "should_terminate": False})
+
+
+def too_many(count: int) -> AppError:
+    return AppError(413, "batch-too-large", "Batch too large",
+                    f"A batch carries at most {MAX_BATCH_ENTRIES} entries, not {count}; send the rest in another.")
+
+
+def apply(*, session: Session, batch: Batch, entries: list[dict[str, Any]]) -> list[Result]:
+    """Every entry's answer, in order (413 for the whole batch past MAX_BATCH_ENTRIES)."""
+    if len(entries) > MAX_BATCH_ENTRIES:
+        raise too_many(len(entries))
+    results: list[Result | None] = [None] * len(entries)
+    checked: list[Entry] = []
+    for index, raw in enumerate(entries):
+        try:
+            checked.append(_checked(batch, index, raw))
+        except AppError as refusal:
+            results[index] = Result.refused(refusal)
+    _lock_runs(session, {e.token.ti_id for e in checked if e.op == "report" and e.fields.get("state") != "running"})
+    for group in _groups(checked):
+        if group[0].op == "heartbeat":
+            answers = fence.heartbeats(session=session, tokens=[e.token for e in group])
+            for entry, answer in zip(group, answers, strict=True):
+                results[entry.index] = Result.refused(answer) if isinstance(answer, AppError) else accepted(answer)
+        else:
+            results[group[0].index] = _applied(session, batch, group[0])
+    return [r for r in results if r is not None]
+
+
+def _checked(batch: Batch, index: int, raw: dict[str, Any]) -> Entry:
+    """An entry whose token and shape are good, as its single request checks them."""
+    credentials, op = raw.get("attempt_token"), raw.get("op")
+    if not isinstance(credentials, str):
+        raise unauthorized("A bearer token is required.")  # as the single request without one
+    token, execution = verified_attempt(batch.keyring, credentials, accept_legacy=batch.accept_legacy)
+    if execution != str(batch.execution_id):
+        raise forbidden(f"The attempt token is for execution {execution}, not the bearer's {batch.execution_id}.")
+    if op not in ("heartbeat", "report", "log"):
+        raise invalid_input([{"loc": ["body", "op"], "msg": "Input should be 'heartbeat', 'report' or 'log'",
+                              "type": "literal_error"}])
+    fields = {k: v for k, v in raw.items() if k not in ("attempt_token", "op")}
+    if op == "heartbeat" and fields:
+        raise invalid_input([{"loc": ["body", name], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
+                             for name in fields])
+    return Entry(index, op, token, fields)
+
+
+def _groups(entries: list[Entry]) -> Iterator[list[Entry]]:
+    """The entries in order: each run of consecutive heartbeats together (they commute: each
+    stamps its own row), every other entry alone."""
+    group: list[Entry] = []
+    for entry in entries:
+        if group and (entry.op != "heartbeat" or group[0].op != "heartbeat"):
+            yield group
+            group = []
+        group.append(entry)
+    if group:
+        yield group
+
+
+LOCK_RUNS = (select(RUNS.c.id).where(RUNS.c.id.in_(select(TI.c.dag_run_id).where(
+    TI.c.id.in_(bindparam("ids", expanding=True))))).order_by(RUNS.c.id))
+
+
+def _lock_runs(session: Session, ti_ids: set[uuid.UUID]) -> None:
+    """Lock the runs the batch's outcomes settle, in run order (cas.lock_run's lock, every one
+    taken before any task instance's row)."""
+    if ti_ids and not dialect_of(session).one_writer:
+        session.execute(dialect_of(session).for_update(LOCK_RUNS), {"ids": list(ti_ids)}).all()
+
+
+def _applied(session: Session, batch: Batch, entry: Entry) -> Result:
+    """A report or a log append, whole or not at all (its own savepoint)."""
+    try:
+        with session.begin_nested():
+            if entry.op == "log":
+                return Result(200, batch.log_appends(session, entry.token, entry.fields))
+            body = Report.model_validate(entry.fields)
+            ti = fence.report(session=session, key=entry.token.key, body=body, backoff=batch.backoff)
+            return accepted(ti)
+    except ValidationError as exc:
+        return Result.refused(invalid_input([{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+                                             for e in exc.errors()]))
+    except AppError as refusal:
+        return Result.refused(refusal)
+    except (DataError, StatementError) as exc:  # a value no column holds: the single request's 422
+        if isinstance(exc, StatementError) and not isinstance(exc, DataError) \
+                and not isinstance(exc.orig, UnicodeEncodeError | OverflowError):
+            raise
+        return Result.refused(unstorable_value())

@@ -1,0 +1,79 @@
+"""Short tasks end to end: two real `fenceline worker --concurrency 32` processes running `true`
+against `fenceline serve --workers 2` on a throw-away PostgreSQL database.
+
+Prints tasks per second (from the workers' start until every task succeeded) and the server's
+and PostgreSQL's CPU per task over that window (claim, running, the log line, success), with
+the workers batching (`--batch-tick 0.05`, the default) and without (`--batch-tick 0`).
+
+    python bench/short_tasks.py [--tasks 3000] [--concurrency 32] [--ticks 0.05,0]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ADMIN_PASSWORD, Server, postgres_cpu_seconds, table  # noqa: E402
+from bench.roundtrips import TASKS_PER_RUN, create_runs  # noqa: E402
+
+HEADERS = ["worker --batch-tick", "tasks", "tasks/s", "server CPU ms / task", "PostgreSQL CPU ms / task",
+           "server + PostgreSQL ms / task", "workers' CPU ms / task"]
+
+
+def children_cpu() -> float:
+    usage = os.times()
+    return usage.children_user + usage.children_system
+
+
+def succeeded(client, operator, tasks: int) -> int:
+    done = 0
+    for n in range(0, tasks, TASKS_PER_RUN):
+        run = client.get(f"/v1/runs/bench/r{n:06}", headers=operator).json()
+        done += sum(ti["state"] == "success" for ti in run["task_instances"])
+    return done
+
+
+def measure(tasks: int, concurrency: int, tick: str) -> list[object]:
+    with Server("postgresql", "--workers", "2") as server, server.client() as client, \
+            tempfile.TemporaryDirectory(prefix="fenceline-bench-workers-") as state:
+        operator = server.operator(client)
+        client.patch("/v1/pools/default_pool", headers=operator, json={"slots": 4 * concurrency}).raise_for_status()
+        create_runs(client, operator, tasks)
+        env = {**os.environ, "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD}
+        before = server.cpu_seconds(), postgres_cpu_seconds(), children_cpu()
+        started = time.perf_counter()
+        workers = [subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker", "--server", server.url, "--seat", f"short-{n}",
+             "--state-dir", f"{state}/{n}", "--concurrency", str(concurrency), "--batch-tick", tick,
+             "--claim-wait", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in range(2)]
+        try:
+            while succeeded(client, operator, tasks) < tasks:
+                time.sleep(1.0)
+            elapsed = time.perf_counter() - started
+            server_cpu, pg_cpu = server.cpu_seconds() - before[0], postgres_cpu_seconds() - before[1]
+        finally:
+            for worker in workers:
+                worker.terminate()
+            for worker in workers:
+                worker.wait(timeout=60)
+        workers_cpu = children_cpu() - before[2]
+    return [tick, tasks, tasks / elapsed, 1000 * server_cpu / tasks, 1000 * pg_cpu / tasks,
+            1000 * (server_cpu + pg_cpu) / tasks, 1000 * workers_cpu / tasks]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--ticks", default="0.05,0", help="the workers' --batch-tick per row, comma-separated")
+    args = parser.parse_args()
+    print(table(HEADERS, [measure(args.tasks, args.concurrency, tick) for tick in args.ticks.split(",")]))
+
+
+if __name__ == "__main__":
+    main()
