@@ -74,7 +74,7 @@ class TestClaim:
     @pytest.mark.parametrize("payload", ["echo hi", ["echo", "hi"]], ids=["string", "list"])
     def test_a_row_whose_payload_is_no_object_does_not_fail_the_claim(self, operator, engine, payload):
         """Issue 30, item 6: one such row (written past the API) once made every claim on its
-        queue answer 500; it is handed over empty, and the rest of the queue is claimed."""
+        queue answer 500; it is handed over as an empty payload, and the rest of the queue is claimed."""
         run = operator.create_run(task("bad"), task("good"))
         with Session(engine) as session:
             session.execute(update(TaskInstance).where(TaskInstance.id == uuid.UUID(ti_ids(run)["bad"]))
@@ -83,7 +83,7 @@ class TestClaim:
         resp = Worker(operator).claim_response(5)
         assert resp.status_code == 200, resp.text
         items = {item["correlation"]["task_id"]: item["payload"] for item in resp.json()["items"]}
-        assert items == {"bad": {}, "good": {"command": ["true"], "args": [], "env": {}}}
+        assert items == {"bad": {"args": [], "env": {}}, "good": {"command": ["true"], "args": [], "env": {}}}
 
     def test_bad_limit_is_422(self, client, operator):
         worker = Worker(operator)

@@ -127,7 +127,6 @@ class TestUnreadableStore:
     def server(self, db_url, engine):
         app = create_app(app_settings(db_url, log_store="file"))
         with LiveServer(app) as server:
-            server.app = app
             yield server
 
     def logged_attempt(self, server):

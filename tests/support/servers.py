@@ -24,7 +24,7 @@ START_TIMEOUT = 60
 STOP_GRACE_SECONDS = 3
 
 
-class _Uvicorn(uvicorn.Server):
+class ThreadedUvicorn(uvicorn.Server):
     """uvicorn's server, remembering its event loop (to reach the app's hub from the test's thread)."""
 
     loop: asyncio.AbstractEventLoop | None = None
@@ -41,7 +41,7 @@ class LiveServer:
     def __init__(self, app: FastAPI, port: int | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = _Uvicorn(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+        self.server = ThreadedUvicorn(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                               timeout_graceful_shutdown=STOP_GRACE_SECONDS))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -20,7 +20,7 @@ class WithoutBatches:
     """A server of before batches: POST /v1/attempts/batch answers 404, as any unknown route."""
 
     def __init__(self, app: Any) -> None:
-        self.app = app
+        self.app, self.state = app, app.state  # the live server reaches the app's hub through state
         self.refused = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
