@@ -65,11 +65,14 @@ class Waiting:
 
 
 def waiting_claims(server: LiveServer, workers: list[Worker], **kwargs: Any) -> list[Waiting]:
-    """Waiting claims of `workers`, each one waiting on the server before the next starts."""
+    """Waiting claims of `workers`, each one waiting on the server before the next starts
+    (counted beyond the claims that waited already: a claim that has not reached the hub yet may
+    find work without waking, as a test that waits on a claim waiting already would not expect)."""
     started: list[Waiting] = []
+    already = hub(server).waiting
     for worker in workers:
         started.append(Waiting(server, worker, **kwargs))
-        count = len(started)
+        count = already + len(started)
         wait_until(lambda: hub(server).waiting >= count, f"{count} waiting claims")  # noqa: B023
     return started
 
