@@ -1,6 +1,7 @@
 """What the Airflow-compatibility tests share: the 2.10 client's virtual environment, and the
 calls it makes against a live server."""
 
+import fcntl
 import json
 import os
 import subprocess
@@ -20,12 +21,14 @@ CLIENT = "apache-airflow-client==2.10.0"
 
 @pytest.fixture(scope="session")
 def airflow2_python() -> Path:
-    """The second virtual environment's Python, with the 2.10 client (made once if missing;
-    .ci/run makes it up front)."""
+    """The second virtual environment's Python, with the 2.10 client (made once if missing,
+    by one of the suite's parallel workers while the others wait; .ci/run makes it up front)."""
     python = VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", CLIENT], check=True)
+    with open(ROOT / ".venv-airflow2.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", CLIENT], check=True)
     return python
 
 
