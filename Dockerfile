@@ -13,12 +13,14 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /opt/fenceline
 RUN python -m venv /opt/venv
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml constraints.txt README.md alembic.ini ./
 COPY app ./app
 COPY migrations ./migrations
 # Compiled here: the containers run with a read-only root file system (deploy/kubernetes/).
-# The kubernetes extra: the same image runs `fenceline launcher` (deploy/kubernetes/launcher/).
-RUN /opt/venv/bin/pip install -e '.[kubernetes]' \
+# The versions are the lock's (constraints.txt), as in CI; no dev tool is installed. The extras:
+# kubernetes, so the same image runs `fenceline launcher` (deploy/kubernetes/launcher/); s3, the S3
+# log store; otel, the OpenTelemetry exporter (docs/operations.md).
+RUN /opt/venv/bin/pip install -c constraints.txt -e '.[kubernetes,otel,s3]' \
     && /opt/venv/bin/python -m compileall -q /opt/fenceline/app /opt/fenceline/migrations \
     && /opt/venv/bin/fenceline --help > /dev/null
 

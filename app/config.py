@@ -12,7 +12,14 @@ from app.db.dialect import with_driver
 
 def log_store_name(value: str) -> str:
     """A log store's name as FENCELINE_LOG_STORE and `fenceline logs copy` take it."""
-    if value in ("file", "database") or (value.startswith("s3://") and value[5:].strip("/")):
+    if value in ("file", "database"):
+        return value
+    if value.startswith("s3://") and value[5:].strip("/"):
+        try:
+            import boto3  # noqa: F401  (the s3 extra: checked here so a start fails at once, not at a first log)
+        except ModuleNotFoundError:
+            raise ValueError("the s3 log store needs boto3, which this installation lacks: "
+                             "pip install 'fenceline[s3]'") from None
         return value
     raise ValueError(f"a log store is file, database or s3://bucket[/prefix], not {value!r}")
 

@@ -7,6 +7,7 @@ and `kubectl kustomize` renders the base, whose objects are then read field by f
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,12 @@ def stages(dockerfile: str) -> list[list[str]]:
     return found
 
 
+def extras(instruction: str) -> set[str]:
+    """The extras a `pip install … '.[a,b]'` instruction installs."""
+    match = re.search(r"\.\[([a-z0-9,]+)\]", instruction)
+    return set(match.group(1).split(",")) if match else set()
+
+
 class TestDockerfile:
     def test_hadolint_finds_nothing(self):
         done = run(tool("hadolint"), "Dockerfile")
@@ -72,6 +79,15 @@ class TestDockerfile:
         for needed in ("app", "migrations", "alembic.ini"):  # the migrations and templates go inside
             assert needed in copied
         assert "COPY --from=build /opt/fenceline /opt/fenceline" in final
+
+    def test_the_image_installs_the_lock_and_no_dev_tool(self):
+        build, _ = stages((REPO / "Dockerfile").read_text())
+        [install] = [i for i in build if "pip install" in i]
+        copied = " ".join(i for i in build if i.startswith("COPY "))
+        assert "-c constraints.txt" in install and "constraints.txt" in copied
+        assert "dev" not in extras(install)
+        assert {"kubernetes", "s3", "otel"} <= extras(install)
+        assert "!constraints.txt" in (REPO / ".dockerignore").read_text().splitlines()
 
     def test_the_build_context_holds_what_the_image_copies(self):
         ignore = (REPO / ".dockerignore").read_text().splitlines()
@@ -276,7 +292,7 @@ class TestLauncherComponent:
 
     def test_the_image_has_the_kubernetes_client(self):
         build, _ = stages((REPO / "Dockerfile").read_text())
-        assert any("pip install" in i and "[kubernetes]" in i for i in build)
+        assert any("pip install" in i and "kubernetes" in extras(i) for i in build)
 
 
 class TestPrometheusScrape:

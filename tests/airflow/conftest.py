@@ -16,7 +16,7 @@ from tests.support.api import ADMIN_PASSWORD
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-airflow2"
-CLIENT = "apache-airflow-client==2.10.0"
+REQUIREMENTS = Path(__file__).with_name("requirements-2.10.txt")
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +28,7 @@ def airflow2_python() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-            subprocess.run([str(python), "-m", "pip", "install", "--quiet", CLIENT], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)], check=True)
     return python
 
 
