@@ -1,28 +1,34 @@
 """The `fenceline` console command."""
 
 import argparse
-import os
 import sys
 import traceback
 from collections.abc import Callable
+from typing import NoReturn
 
 from sqlalchemy.pool import NullPool
 
 from app import __version__
-from app.config import Settings, get_settings, log_store_name
+from app.config import Settings, log_store_name
 
 
-def _prepare(settings: Settings, say: Callable[[str], None] = lambda _: None) -> str:
-    """The start-up checks both `serve` and `migrate` make (app/ops/startup.py): the database URL,
-    the directories, the database answering. Answers the URL."""
+def _prepare(settings: Settings, say: Callable[[str], None] = lambda _: None, *, writes: bool = True) -> str:
+    """The start-up checks `serve`, `migrate` and `logs copy` make (app/ops/startup.py): the
+    database URL, the directories (unless the command `writes` nothing), the database answering.
+    Answers the URL."""
     from app.db.dialect import dialect_of
     from app.ops import startup
 
     engine = startup.database_engine(settings)
-    startup.check_directories(settings)
+    if writes:
+        startup.check_directories(settings)
     if not dialect_of(engine).file_based:  # a file is opened, not reached (and not made by a refused start)
         startup.wait_for_database(engine, settings.db_connect_timeout_seconds, say)
     return settings.resolved_database_url
+
+
+def _say(message: str) -> None:
+    print(f"fenceline: {message}", flush=True)
 
 
 def _migrate(settings: Settings, say: Callable[[str], None] = lambda _: None) -> str:
@@ -36,7 +42,7 @@ def _migrate(settings: Settings, say: Callable[[str], None] = lambda _: None) ->
 def cmd_migrate(args: argparse.Namespace) -> int:
     from app.ops.startup import load_settings
 
-    url = _migrate(load_settings(), lambda message: print(f"fenceline: {message}", flush=True))
+    url = _migrate(load_settings(), _say)
     print(f"fenceline: database at {_redacted(url)} is at the latest revision")
     return 0
 
@@ -68,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.main import create_app
     from app.web.serving import server_config
 
-    say(f"data in {_redacted(url)}")
+    say(f"data in {_redacted(url)}; {workers} server process{'es' if workers > 1 else ''}")
     say(f"listening on http://{args.host}:{args.port} — log in with POST /auth/token "
         f'{{"username": "{settings.admin_username}", "password": …}} (HTTP Basic on /api/v1); API docs at /docs')
     if settings.admin_password is None:
@@ -84,7 +90,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         else:
             # uvicorn's supervisor: N processes accept on the one bound socket, each building its
             # app from the same environment; one of them wins the sweep (app/execution/reapers.py).
-            say(f"{workers} server processes")
             config = server_config("app.main:create_app", settings, factory=True, workers=workers, **common)
             Multiprocess(config, sockets=[sock]).run()
     finally:
@@ -95,12 +100,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def server_processes(asked: int | None, url: str, settings: "Settings") -> tuple[int, str | None]:
     """How many server processes to run, or why not: SQLite takes one writer process only; on
-    PostgreSQL every process may open its pool, its overflow and one listening connection,
-    and all of them together must stay below max_connections minus the headroom kept for
-    other clients. Unasked, as many as there are cores, as far as the budget allows."""
+    PostgreSQL every process may open its pool, its overflow and one listening connection, and
+    all of one server's together must stay within its share of max_connections: what the
+    headroom kept for other clients leaves, divided among FENCELINE_SERVER_REPLICAS servers.
+    Unasked, one per core of the CPU quota (app/ops/cpu.py), as far as the budget allows."""
     if asked is not None and asked < 1:
         return 0, f"--workers must be at least 1, not {asked}"
     from app.db.dialect import dialect_for_url
+    from app.ops.cpu import usable_cores
 
     if dialect_for_url(url).one_writer:
         if asked not in (None, 1):
@@ -108,14 +115,16 @@ def server_processes(asked: int | None, url: str, settings: "Settings") -> tuple
                        "file lock); use PostgreSQL for more server processes")
         return 1, None
     per_process = settings.database_pool_size + settings.database_max_overflow + 1
-    allowed = database_max_connections(url) - settings.database_connections_headroom
+    replicas = settings.server_replicas
+    allowed = (database_max_connections(url) - settings.database_connections_headroom) // replicas
     if asked is None:
-        return max(1, min(os.cpu_count() or 1, allowed // per_process)), None
+        return max(1, min(usable_cores(), allowed // per_process)), None
     if asked * per_process > allowed:
+        share = "" if replicas == 1 else f", divided among FENCELINE_SERVER_REPLICAS={replicas} servers"
         return 0, (f"--workers {asked} refused: {asked} processes may open {asked * per_process} database "
                    f"connections ({asked} × (pool {settings.database_pool_size} + overflow "
                    f"{settings.database_max_overflow} + 1 listener)), more than PostgreSQL's max_connections "
-                   f"minus FENCELINE_DATABASE_CONNECTIONS_HEADROOM ({allowed}); lower --workers, "
+                   f"minus FENCELINE_DATABASE_CONNECTIONS_HEADROOM{share} ({allowed}); lower --workers, "
                    "FENCELINE_DATABASE_POOL_SIZE or FENCELINE_DATABASE_MAX_OVERFLOW, or raise max_connections")
     return asked, None
 
@@ -146,9 +155,9 @@ def _schema_mismatch(url: str) -> str | None:
 def cmd_migrate_check(args: argparse.Namespace) -> int:
     """`fenceline migrate --check`: change nothing; 0 at the migrations' head, 5 otherwise (what
     the Kubernetes server Pods' init container polls while the migration Job runs)."""
-    from app.ops.startup import SCHEMA_NOT_AT_HEAD
+    from app.ops.startup import SCHEMA_NOT_AT_HEAD, load_settings
 
-    url = get_settings().resolved_database_url
+    url = _prepare(load_settings(), _say, writes=False)
     if (mismatch := _schema_mismatch(url)) is not None:
         print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
         return SCHEMA_NOT_AT_HEAD
@@ -164,10 +173,10 @@ def cmd_logs_copy(args: argparse.Namespace) -> int:
     from app.db.engine import make_engine
     from app.logs import stores
     from app.logs.copy import copy_logs
-    from app.ops.startup import SCHEMA_NOT_AT_HEAD
+    from app.ops.startup import SCHEMA_NOT_AT_HEAD, load_settings
 
-    settings = get_settings()
-    url = settings.resolved_database_url
+    settings = load_settings()
+    url = _prepare(settings, _say)
     if (mismatch := _schema_mismatch(url)) is not None:
         print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
         return SCHEMA_NOT_AT_HEAD
@@ -216,6 +225,23 @@ def _store_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, not {value!r}")
+    return port
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, refusing bad input in one line (its usage is a --help away), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _redacted(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -223,17 +249,17 @@ def _redacted(url: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fenceline", description="fenceline execution control plane")
+    parser = _Parser(prog="fenceline", description="fenceline execution control plane")
     parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="migrate the database, then serve the API")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=_port, default=8000)
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                        help="debug also prints the traceback of a start-up error")
     serve.add_argument("--workers", type=int, default=None,
-                       help="server processes on the one port (default: one per core on PostgreSQL, within the "
-                            "connection budget; SQLite: 1, and only 1)")
+                       help="server processes on the one port (default: one per core of the CPU quota on PostgreSQL, "
+                            "within the connection budget; SQLite: 1, and only 1)")
     serve.add_argument("--no-migrate", action="store_true",
                        help="do not migrate; refuse to start (exit 5) unless the schema is at the migrations' head")
     serve.set_defaults(func=cmd_serve)
@@ -263,15 +289,22 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")
     demo.set_defaults(func=cmd_demo)
     args = parser.parse_args(argv)
-    from app.ops.startup import StartupError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from app.ops.startup import DATABASE_UNREACHABLE, StartupError
 
     try:
         return args.func(args)
-    except StartupError as exc:
+    except (StartupError, SQLAlchemyError) as exc:
         if getattr(args, "log_level", None) == "debug":
             traceback.print_exc()
-        print(f"fenceline: {exc}", file=sys.stderr, flush=True)
-        return exc.status
+        if isinstance(exc, StartupError):
+            print(f"fenceline: {exc}", file=sys.stderr, flush=True)
+            return exc.status
+        # The database failed after it answered (it went away, or refused a statement).
+        why = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"fenceline: the database failed: {why}", file=sys.stderr, flush=True)
+        return DATABASE_UNREACHABLE
 
 
 if __name__ == "__main__":

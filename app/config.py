@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     # PostgreSQL connections kept free for other clients (psql, migrations, backups): `serve`
     # refuses to start processes whose pools, overflow and listeners could use them.
     database_connections_headroom: int = Field(default=10, ge=0)
+    # How many servers (replicas, machines, compose services) share the database at most, a
+    # rollout's surge included: each keeps to its share, (max_connections − headroom) / replicas.
+    server_replicas: int = Field(default=1, ge=1)
     # At start, how long `serve` and `migrate` retry (with back-off) a database that does not
     # answer before they give up (exit 4).
     db_connect_timeout_seconds: float = Field(default=30.0, ge=0)

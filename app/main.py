@@ -1,6 +1,7 @@
 """The application factory: routers, error handlers and the lifespan."""
 
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -31,7 +32,7 @@ from app.logs.deps import install_fault_handler
 from app.logs.retention import Retention
 from app.logs.router import router as logs_router
 from app.logs.service import BatchAppends
-from app.ops import health
+from app.ops import health, startup
 from app.orchestration.outcomes import Backoff
 from app.orchestration.promotion import next_eligible_at
 from app.orchestration.router import router as orchestration_router
@@ -63,10 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         installation = bootstrap(app.state.engine, settings)
         app.state.installation = installation
         say = sayer(settings.log_format)
-        if installation.generated_password is not None:
-            # Said once: only its hash is stored.
-            say(f"generated operator credentials (shown once): username {settings.admin_username!r} "
-                f"password {installation.generated_password!r}")
+        if installation.generated_password is not None:  # only its hash is stored
+            startup.hand_over_password(installation.generated_password, settings, say, terminal=sys.stdout.isatty())
         if store_note is not None:
             say(store_note)
         reaper = None

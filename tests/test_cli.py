@@ -2,6 +2,7 @@
 
 import re
 import sqlite3
+import stat
 import subprocess
 from pathlib import Path
 
@@ -11,14 +12,15 @@ import pytest
 from app.ops.migrate import head_revision
 from tests.support.ports import free_port
 from tests.support.servers import FENCELINE, START_TIMEOUT, Served, clean_env
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
 def serve(tmp_path):
     servers: list[Served] = []
 
-    def start() -> Served:
-        servers.append(Served(tmp_path, clean_env(tmp_path / "data")))
+    def start(**env: str) -> Served:
+        servers.append(Served(tmp_path, {**clean_env(tmp_path / "data"), **env}))
         return servers[-1]
 
     yield start
@@ -26,23 +28,43 @@ def serve(tmp_path):
         server.stop()
 
 
-def test_serve_answers_and_prints_its_data_and_password(serve, tmp_path):
-    server = serve()
-    assert server.wait_healthy().json() == {"status": "ok", "database": "sqlite"}
-    assert str(tmp_path / "data" / "fenceline.db") in server.output
-    password = re.search(r"password '([^']+)'", server.output).group(1)
+def test_serve_answers_and_shows_its_data_and_password_on_a_terminal(tmp_path):
+    with Served(tmp_path, clean_env(tmp_path / "data"), terminal=True) as server:
+        assert server.wait_healthy().json() == {"status": "ok", "database": "sqlite"}
+        wait_until(lambda: "password '" in server.output, "the password on the terminal")
+        assert str(tmp_path / "data" / "fenceline.db") in server.output
+        password = re.search(r"password '([^']+)'", server.output).group(1)
+        login = httpx.post(f"{server.url}/auth/token", json={"username": "admin", "password": password})
+        assert login.status_code == 201
+    assert not (tmp_path / "data" / "operator-password").exists()
+
+
+@pytest.mark.parametrize("log_format", ["plain", "json"])
+def test_off_a_terminal_the_password_goes_to_a_file_only_this_user_reads(serve, tmp_path, log_format):
+    """Output that is not a terminal is a log stream (a container's, an aggregator's): it is told
+    where the password is, not what it is."""
+    server = serve(FENCELINE_LOG_FORMAT=log_format)
+    server.wait_healthy()
+    path = tmp_path / "data" / "operator-password"
+    wait_until(lambda: str(path) in server.output, "the password's file named")
+    password = path.read_text().strip()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert password not in server.output
     login = httpx.post(f"{server.url}/auth/token", json={"username": "admin", "password": password})
     assert login.status_code == 201
 
 
-def test_a_restart_keeps_the_password_and_prints_it_no_more(serve):
+def test_a_restart_keeps_the_password_and_hands_it_over_no_more(serve, tmp_path):
     first = serve()
     first.wait_healthy()
-    password = re.search(r"password '([^']+)'", first.output).group(1)
+    path = tmp_path / "data" / "operator-password"
+    wait_until(path.exists, "the password's file")
+    password = path.read_text().strip()
     first.stop()
+    path.unlink()  # read, and deleted as the server said
     second = serve()
     second.wait_healthy()
-    assert password not in second.output
+    assert "operator-password" not in second.output and not path.exists()
     login = httpx.post(f"{second.url}/auth/token", json={"username": "admin", "password": password})
     assert login.status_code == 201
 

@@ -87,3 +87,28 @@ def test_a_connection_budget_beyond_max_connections_is_refused(tmp_path):
                           "--workers", "2")
     assert f"--workers 2 refused: 2 processes may open {2 * (pool + 1)} database connections" in output
     assert "max_connections" in output
+
+
+def _max_connections(url: str) -> int:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SHOW max_connections")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+@needs_postgres
+def test_each_of_several_replicas_keeps_to_its_share_of_the_budget(tmp_path):
+    """One process that fits max_connections alone is refused as one of three servers sharing it."""
+    with throwaway_database("postgresql") as url:
+        share = (_max_connections(url) - 10) // 3
+        pool = share  # pool + 1 listener: past a third, well within the whole
+        env = _env(tmp_path, url, database_pool_size=str(pool), database_max_overflow="0", server_replicas="3")
+        output = _refused(tmp_path, env, "--workers", "1")
+        alone = Served(tmp_path, {**env, "FENCELINE_SERVER_REPLICAS": "1"}, "--workers", "1")
+        try:
+            assert alone.wait_healthy().status_code == 200
+        finally:
+            alone.stop()
+    assert f"divided among FENCELINE_SERVER_REPLICAS=3 servers ({share})" in output

@@ -51,6 +51,24 @@ class TestBadSetting:
     def test_a_malformed_database_url_is_status_2(self, tmp_path, url):
         refused(serve(tmp_path, FENCELINE_DATABASE_URL=url), 2, "FENCELINE_DATABASE_URL")
 
+    @pytest.mark.parametrize("port", ["99999", "0", "http"])
+    def test_a_port_out_of_range_is_status_2(self, tmp_path, port):
+        done = subprocess.run([*FENCELINE, "serve", "--port", port], cwd=tmp_path, env=clean_env(tmp_path / "data"),
+                              capture_output=True, text=True, timeout=START_TIMEOUT)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert done.stderr.strip().splitlines() == [
+            f"fenceline serve: argument --port: a port is a whole number from 1 to 65535, not {port!r} "
+            "(see fenceline serve --help)"]
+
+    def test_a_database_other_than_sqlite_or_postgresql_is_status_2(self, tmp_path):
+        line = refused(serve(tmp_path, DATABASE_URL="mysql://fenceline@db/fenceline"), 2, "SQLite or PostgreSQL")
+        assert line.startswith("fenceline: DATABASE_URL ") and "MySQLdb" not in line
+
+    def test_a_bad_url_is_named_by_the_variable_it_came_from(self, tmp_path):
+        assert refused(serve(tmp_path, DATABASE_URL="not a url"), 2).startswith("fenceline: DATABASE_URL ")
+        both = serve(tmp_path, DATABASE_URL="sqlite:///elsewhere.db", FENCELINE_DATABASE_URL="not a url")
+        assert refused(both, 2).startswith("fenceline: FENCELINE_DATABASE_URL ")
+
     def test_debug_shows_the_traceback_too(self, tmp_path):
         done = serve(tmp_path, "--log-level", "debug", FENCELINE_DATABASE_URL="not a url")
         assert done.returncode == 2 and "Traceback" in done.stderr
@@ -75,6 +93,14 @@ class TestDatabaseUnreachable:
         line = refused(done, 4, "FENCELINE_DATABASE_URL", "FENCELINE_DB_CONNECT_TIMEOUT_SECONDS", "1.5s")
         assert "secret" not in done.stdout + done.stderr and "***" in line
         assert "retrying" in done.stdout  # it did wait for it
+
+    def test_a_database_that_does_not_exist_is_status_4_at_once(self, tmp_path, pg_database):
+        """The server answered, and no retry makes the database exist: refused without waiting
+        out the (here long) connect timeout."""
+        missing = make_url(pg_database).set(database="fenceline_no_such_database").render_as_string(False)
+        done = serve(tmp_path, FENCELINE_DATABASE_URL=missing, FENCELINE_DB_CONNECT_TIMEOUT_SECONDS="600")
+        refused(done, 4, "FENCELINE_DATABASE_URL", "refused the connection", "does not exist")
+        assert "retrying" not in done.stdout
 
     def test_a_database_that_comes_up_during_the_back_off_is_served(self, tmp_path, pg_database):
         url = make_url(pg_database)
@@ -133,3 +159,38 @@ class TestJsonLogs:
         assert request["route"] == "/v1/runs/{dag_id}/{run_id}" and request["path"] == "/v1/runs/d/r"
         assert request["status"] == 401 and request["method"] == "GET" and request["duration_ms"] > 0
         assert request["trace_id"] == TRACE
+
+
+def migrate(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*FENCELINE, "migrate", *args], cwd=tmp_path, env={**clean_env(tmp_path / "data"), **env},
+                          capture_output=True, text=True, timeout=START_TIMEOUT)
+
+
+class TestMigrate:
+    """`migrate` and `migrate --check` (the Kubernetes init container's command) refuse as
+    `serve` does: one line, the same statuses."""
+
+    @pytest.mark.parametrize("args", [(), ("--check",)])
+    def test_an_unreachable_database_is_status_4(self, tmp_path, args):
+        with socket.create_server(("127.0.0.1", 0)) as closed:
+            port = closed.getsockname()[1]
+        done = migrate(tmp_path, *args, FENCELINE_DATABASE_URL=f"postgresql://fenceline:secret@127.0.0.1:{port}/x",
+                       FENCELINE_DB_CONNECT_TIMEOUT_SECONDS="0.5")
+        refused(done, 4, "FENCELINE_DATABASE_URL", "did not answer within 0.5s")
+        assert "secret" not in done.stdout + done.stderr
+
+    @pytest.mark.parametrize("args", [(), ("--check",)])
+    def test_a_bad_url_is_status_2(self, tmp_path, args):
+        refused(migrate(tmp_path, *args, DATABASE_URL="postgresql://user@host:port/db"), 2, "DATABASE_URL")
+
+    def test_check_writes_nothing(self, tmp_path):
+        """It only reads: a data directory it could not write is no reason to refuse."""
+        (tmp_path / "a-file").write_text("")
+        done = migrate(tmp_path, "--check", FENCELINE_DATA_DIR=str(tmp_path / "a-file" / "data"))
+        refused(done, 5, "fenceline migrate")
+
+    def test_logs_copy_refuses_a_bad_url_too(self, tmp_path):
+        done = subprocess.run([*FENCELINE, "logs", "copy", "--to", "database"], cwd=tmp_path,
+                              env={**clean_env(tmp_path / "data"), "DATABASE_URL": "not a url"},
+                              capture_output=True, text=True, timeout=START_TIMEOUT)
+        refused(done, 2, "DATABASE_URL")

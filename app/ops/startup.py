@@ -23,8 +23,10 @@ from app.db.dialect import dialect_for_url
 
 BAD_SETTING, PORT_IN_USE, DATABASE_UNREACHABLE, SCHEMA_NOT_AT_HEAD, UNWRITABLE_DIRECTORY = 2, 3, 4, 5, 6
 WORKERS_REFUSED = 7  # --workers on SQLite, or past the database's connection budget
-# SQLSTATEs no retry can fix: wrong password or role, no such database.
+# SQLSTATEs no retry can fix: wrong password or role, no such database. libpq reports a refused
+# connection with no SQLSTATE, only the server's message, so those are known by their words.
 _NOT_RETRIED = {"28P01", "28000", "3D000"}
+_NOT_RETRIED_WORDS = ("password authentication failed", "does not exist", "no pg_hba.conf entry")
 
 
 class StartupError(Exception):
@@ -57,16 +59,25 @@ def redacted(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+def database_setting() -> str:
+    """The variable the database URL was read from: FENCELINE_DATABASE_URL, else DATABASE_URL
+    (app/config.py reads them in that order)."""
+    if os.environ.get("FENCELINE_DATABASE_URL") is None and os.environ.get("DATABASE_URL") is not None:
+        return "DATABASE_URL"
+    return "FENCELINE_DATABASE_URL"
+
+
 def database_engine(settings: Settings) -> Engine:
     """An engine for the configured URL (nothing connects yet), or StartupError(2) when the URL is
-    malformed or names a driver that is not installed."""
+    malformed, names a database other than SQLite or PostgreSQL, or a driver not installed."""
     url = settings.resolved_database_url
     try:
+        dialect_for_url(url)
         return create_engine(url)
     except (ArgumentError, ValueError, NoSuchModuleError, ImportError) as exc:
-        raise StartupError(BAD_SETTING, f"FENCELINE_DATABASE_URL is not a database URL fenceline can use "
-                                        f"({type(exc).__name__}: {exc}); for example "
-                                        "postgresql://user:password@host:5432/fenceline") from exc
+        raise StartupError(BAD_SETTING, f"{database_setting()} is not a database URL fenceline can use "
+                                        f"({exc}); for example postgresql://user:password@host:5432/fenceline "
+                                        "or sqlite:////var/lib/fenceline/fenceline.db") from exc
 
 
 def _writable(directory: Path, setting: str) -> None:
@@ -86,7 +97,7 @@ def check_directories(settings: Settings) -> None:
 
     url = make_url(settings.resolved_database_url)
     if dialect_for_url(settings.resolved_database_url).file_based and url.database not in (None, "", ":memory:"):
-        setting = "FENCELINE_DATA_DIR" if settings.database_url is None else "FENCELINE_DATABASE_URL"
+        setting = "FENCELINE_DATA_DIR" if settings.database_url is None else database_setting()
         _writable(Path(url.database).parent, setting)
     if stores.choose(settings)[0] == "file":
         _writable(settings.resolved_log_dir, "FENCELINE_LOG_DIR" if settings.log_dir else "FENCELINE_DATA_DIR")
@@ -104,13 +115,13 @@ def wait_for_database(engine: Engine, timeout_seconds: float, say=lambda _: None
             return
         except DBAPIError as exc:
             why = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
-            if getattr(exc.orig, "sqlstate", None) in _NOT_RETRIED:
-                raise StartupError(DATABASE_UNREACHABLE, f"FENCELINE_DATABASE_URL: the database at {where} "
+            if getattr(exc.orig, "sqlstate", None) in _NOT_RETRIED or any(w in why for w in _NOT_RETRIED_WORDS):
+                raise StartupError(DATABASE_UNREACHABLE, f"{database_setting()}: the database at {where} "
                                                          f"refused the connection: {why}") from exc
             left = deadline - time.monotonic()
             if left <= 0:
                 raise StartupError(DATABASE_UNREACHABLE, (
-                    f"FENCELINE_DATABASE_URL: the database at {where} did not answer within {timeout_seconds:g}s "
+                    f"{database_setting()}: the database at {where} did not answer within {timeout_seconds:g}s "
                     f"(FENCELINE_DB_CONNECT_TIMEOUT_SECONDS): {why}")) from exc
             say(f"the database at {where} does not answer ({why}); retrying")
             time.sleep(min(delay, left))
@@ -134,3 +145,26 @@ def bind(host: str, port: int) -> socket.socket:
     sock.set_inheritable(True)
     os.set_inheritable(sock.fileno(), True)
     return sock
+
+
+def hand_over_password(password: str, settings: Settings, say, *, terminal: bool) -> None:
+    """Give the operator the password generated at this installation's first start, never to a
+    log stream: on the terminal when plain text goes to one, else into a file of the data
+    directory that only this user can read (a log aggregator is told its path, not its text)."""
+    who = f"username {settings.admin_username!r}"
+    if terminal and settings.log_format == "plain":
+        say(f"generated operator credentials (shown once): {who} password {password!r}")
+        return
+    path = settings.data_dir / "operator-password"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            os.fchmod(file.fileno(), 0o600)
+            file.write(password + "\n")
+    except OSError as exc:
+        say(f"generated an operator password but could not write it to {path} ({exc.strerror or exc}); set "
+            "FENCELINE_ADMIN_PASSWORD and restart to log in")
+        return
+    say(f"generated operator credentials: {who}, the password in {path} (readable by this user only; "
+        "delete it once read)")

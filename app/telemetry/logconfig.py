@@ -90,8 +90,8 @@ def configure(log_format: str, level: str = "info") -> None:
 
 
 def sayer(log_format: str) -> Callable[[str], None]:
-    """How the server tells its operator something at start (where it keeps its data, the
-    generated password): a `fenceline: …` line on stdout, or a JSON line like every other."""
+    """How the server tells its operator something at start (where it keeps its data, where a
+    generated password is): a `fenceline: …` line on stdout, or a JSON line like every other."""
     if log_format == "json":
         return logging.getLogger("fenceline").info
     return lambda message: print(f"fenceline: {message}", flush=True)

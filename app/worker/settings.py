@@ -12,6 +12,7 @@ worker reports as a bad setting (app/worker/agent.py).
 """
 
 import argparse
+import math
 import os
 import socket
 from collections.abc import Callable
@@ -68,7 +69,9 @@ def as_count(raw: str) -> int:
 
 
 def as_seconds(raw: str) -> float:
-    return _parsed(float, "a number of seconds", raw)
+    if not math.isfinite(value := _parsed(float, "a number of seconds", raw)):
+        raise ValueError(f"{raw!r} is not a number of seconds")
+    return value
 
 
 def as_positive_seconds(raw: str) -> float:

@@ -3,6 +3,7 @@
 
 import asyncio
 import os
+import pty
 import subprocess
 import sys
 import threading
@@ -90,21 +91,36 @@ def clean_env(data_dir: Path | None = None) -> dict[str, str]:
 
 class Served:
     """`fenceline serve` (or `command`) as a child process on a free port, its output collected
-    by a thread."""
+    by a thread: from a pipe, or from a pseudo-terminal (`terminal`), as an operator's shell
+    gives it."""
 
-    def __init__(self, cwd: Path | None, env: dict[str, str], *args: str, command: list[str] = FENCELINE) -> None:
+    def __init__(self, cwd: Path | None, env: dict[str, str], *args: str, command: list[str] = FENCELINE,
+                 terminal: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [*command, "serve", "--port", str(self.port), *args], cwd=cwd, env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
+        argv = [*command, "serve", "--port", str(self.port), *args]
         self.lines: list[str] = []
-        threading.Thread(target=self._collect, daemon=True).start()
+        if terminal:
+            reader, tty = pty.openpty()
+            self.process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=tty, stderr=tty, stdin=subprocess.DEVNULL)
+            os.close(tty)
+            threading.Thread(target=self._collect_terminal, args=(reader,), daemon=True).start()
+        else:
+            self.process = subprocess.Popen(argv, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT)
+            threading.Thread(target=self._collect, daemon=True).start()
 
     def _collect(self) -> None:
         for line in self.process.stdout:
             self.lines.append(line)
+
+    def _collect_terminal(self, reader: int) -> None:
+        with os.fdopen(reader, "rb", buffering=0) as terminal:
+            try:
+                while chunk := terminal.read(4096):
+                    self.lines.append(chunk.decode(errors="replace").replace("\r\n", "\n"))
+            except OSError:  # EIO: the child, the terminal's last writer, has ended
+                pass
 
     @property
     def output(self) -> str:

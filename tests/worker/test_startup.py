@@ -52,6 +52,8 @@ class TestStartup:
     ("FENCELINE_WORKER_CONCURRENCY", "abc", "'abc' is not a whole number"),
     ("FENCELINE_WORKER_CONCURRENCY", "0", "must be at least 1, not 0"),
     ("FENCELINE_WORKER_HEARTBEAT_INTERVAL", "soon", "'soon' is not a number of seconds"),
+    ("FENCELINE_WORKER_GRACE_PERIOD", "nan", "'nan' is not a number of seconds"),
+    ("--claim-wait", "inf", "'inf' is not a number of seconds"),
     ("FENCELINE_WORKER_RUNTIME", "docker", "'docker' is not one of local, kubernetes"),
     ("--claim-wait", "0", "must be above 0, not 0"),
     ("--queues", " , ", "must name at least one queue"),
