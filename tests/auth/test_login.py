@@ -43,10 +43,14 @@ class TestLogin:
 
 
 class TestGeneratedPassword:
-    def test_generated_once_printed_and_stored_only_as_a_hash(self, make_client, engine, capsys):
+    def test_generated_once_handed_over_in_a_private_file_and_stored_only_as_a_hash(self, make_client, engine,
+                                                                                     capsys):
         client = make_client(admin_password=None)
         password = client.app.state.installation.generated_password
-        assert password and password in capsys.readouterr().out
+        handed = client.app.state.settings.data_dir / "operator-password"
+        out = capsys.readouterr().out
+        assert password and password not in out and str(handed) in out  # a log stream is told the path only
+        assert handed.read_text().strip() == password and handed.stat().st_mode & 0o777 == 0o600
         with engine.connect() as conn:
             secrets = dict(conn.execute(select(InstallationSecret.name, InstallationSecret.value)).all())
         assert secrets["admin_password_hash"].startswith("$argon2")
