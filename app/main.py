@@ -106,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                               threads=max(1, settings.database_pool_size // 2))
     store_name, store_note = stores.choose(settings)
     app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
+    metrics.zeroed(metrics.log_store_errors, reason=app.state.log_store.fault_reasons)
     app.state.log_appends = BatchAppends(app.state.log_store, settings.log_max_request_bytes,
                                          settings.log_max_attempt_bytes)  # the log entries of a batch
     app.state.check_routes = check_routes  # routing's, handed to orchestration's run creation

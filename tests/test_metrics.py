@@ -1,6 +1,7 @@
 """/metrics (contract 8): what an operator alerts on, read as Prometheus reads it, and the
 metrics token that may read it and nothing else."""
 
+import json
 import shutil
 import subprocess
 
@@ -99,6 +100,76 @@ class TestExecution:
         assert sample(operator, "fenceline_reaper_sweep_duration_seconds_count") == sweeps + 1
 
 
+class TestSeriesFromTheStart:
+    """A counter whose label values are known is at 0 from the start, so that `increase()` sees
+    its first event (a series that appears at 1 has no increase to show)."""
+
+    def test_a_fresh_server_exposes_them_at_zero(self, tmp_path):
+        import httpx
+
+        from tests.support.servers import Served, clean_env
+
+        server = Served(tmp_path, {**clean_env(tmp_path / "data"), "FENCELINE_ADMIN_PASSWORD": "pw"})
+        try:
+            server.wait_healthy()
+            with httpx.Client(base_url=server.url) as client:
+                exposed = families(client.get("/metrics", auth=("admin", "pw")).text)
+                document = client.get("/openapi.json").json()
+                operator = Operator(client, password="pw")
+                operator.admit("w1", swarm="etl")
+                conflicts = families(operator.get("/metrics").text)["execution_identity_conflicts"]
+
+            def zero(family: str, label: str) -> set[str]:
+                assert all(s.value == 0 for s in exposed[family] if s.name == f"{family}_total")
+                return {s.labels[label] for s in exposed[family] if s.name == f"{family}_total"}
+
+            assert zero("fenceline_reports", "outcome") == {"running", "success", "failed", "unexecutable",
+                                                            "rescheduled"}
+            assert zero("fenceline_reaper_marks", "reason") == {"agent_lost", "dispatch_lost", "worker_lost"}
+            assert zero("fenceline_log_store_errors", "reason") == {"enospc", "edquot", "erofs", "eio", "probe"}
+            assert zero("fenceline_http_heads_refused", "reason") == {"too_large", "timeout"}
+            assert zero("fenceline_tokens_without_audience", "kind") >= {"attempt", "worker", "operator"}
+            documented_stale = {path for path, operations in document["paths"].items()
+                                for operation in operations.values()
+                                if "StaleReport" in json.dumps(operation.get("responses", {}).get("409", {}))}
+            assert zero("fenceline_stale_reports", "route") == documented_stale | {"/v1/attempts/batch"}
+            waits = {s.labels["outcome"]: s.value for s in exposed["fenceline_claim_wait_seconds"]
+                     if s.name == "fenceline_claim_wait_seconds_count"}
+            assert waits == {"claimed": 0, "empty": 0}
+            # a swarm's conflicts, from its first admission
+            assert {s.labels["reason"] for s in conflicts
+                    if s.labels["swarm"] == "etl" and s.name.endswith("_total") and s.value == 0} >= {
+                "stale-predecessor", "stale-update", "identity-conflict", "execution-rotated"}
+        finally:
+            server.stop()
+
+
+class TestWaitingClaims:
+    def test_the_time_a_claim_waits_is_not_latency(self, operator):
+        worker = Worker(operator)
+        route = {"method": "POST", "route": "/v1/dispatch/claim", "status": "200"}
+        latency = {part: sample(operator, f"fenceline_http_request_duration_seconds_{part}", **route)
+                   for part in ("sum", "count")}
+        waits = {part: sample(operator, f"fenceline_claim_wait_seconds_{part}", outcome="empty")
+                 for part in ("sum", "count")}
+        resp = worker.client.post("/v1/dispatch/claim", json={"limit": 1, "wait_seconds": 1}, headers=worker.headers)
+        assert resp.status_code == 200 and resp.json()["items"] == []
+        assert sample(operator, "fenceline_http_request_duration_seconds_count", **route) == latency["count"] + 1
+        assert sample(operator, "fenceline_http_request_duration_seconds_sum", **route) < latency["sum"] + 0.5
+        assert sample(operator, "fenceline_claim_wait_seconds_count", outcome="empty") == waits["count"] + 1
+        assert sample(operator, "fenceline_claim_wait_seconds_sum", outcome="empty") >= waits["sum"] + 0.9
+
+    def test_a_claim_that_finds_work_at_once_did_not_wait(self, operator):
+        operator.create_run()
+        worker = Worker(operator)
+        before = {outcome: sample(operator, "fenceline_claim_wait_seconds_count", outcome=outcome)
+                  for outcome in ("claimed", "empty")}
+        resp = worker.client.post("/v1/dispatch/claim", json={"limit": 1, "wait_seconds": 5}, headers=worker.headers)
+        assert len(resp.json()["items"]) == 1
+        assert {outcome: sample(operator, "fenceline_claim_wait_seconds_count", outcome=outcome)
+                for outcome in ("claimed", "empty")} == before
+
+
 class TestMetricsToken:
     def test_it_reads_metrics(self, client, operator):
         token = operator.post("/v1/auth/metrics-tokens").json()["metrics_token"]
@@ -179,5 +250,5 @@ def test_the_grafana_dashboard_graphs_metrics_the_server_exposes(operator):
     exposed = families(operator.get("/metrics").text)
     assert used and used <= exposed.keys(), used - exposed.keys()
     titles = " ".join(p["title"] for p in dashboard["panels"]).lower()
-    for shown in ("throughput", "latency", "task instances by state", "stale reports", "reaper marks"):
+    for shown in ("throughput", "latency", "task instances by state", "stale reports", "reaper marks", "claim waits"):
         assert shown in titles

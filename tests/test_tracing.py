@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from app.telemetry.traceparent import traceparent, w3c_trace_id
+from app.telemetry.traceparent import run_traceparent, traceparent, w3c_trace_id
 from tests.support.api import Operator, Worker, task
 
 EXPORTER = InMemorySpanExporter()
@@ -68,6 +68,48 @@ class TestRequests:
         body = {"dag_id": "dag", "run_id": "run", "tasks": [task("t")]}
         run = operator.post("/v1/runs", json=body, headers={"traceparent": f"00-{TRACE}-{PARENT}-01"}).json()
         assert run["trace_id"] == TRACE
+
+
+def assert_one_tree(spans: list[ReadableSpan]) -> ReadableSpan:
+    """Every span's parent is one of `spans` (exported), but one root's: answers the root."""
+    ids = {s.context.span_id for s in spans}
+    roots = [s for s in spans if s.parent is None or s.parent.span_id not in ids]
+    assert len(roots) == 1, [(s.name, s.parent) for s in roots]
+    return roots[0]
+
+
+class TestRunTree:
+    def test_a_runs_claim_and_reports_hang_off_its_exported_root(self, operator, spans):
+        run = operator.create_run()  # in the creating request's trace
+        attempt = Worker(operator).claim_one()
+        header = {"traceparent": run_traceparent(attempt.item["correlation"])}  # what a worker sends
+        for state in ("running", "success"):
+            assert attempt.client.post("/v1/attempts/report", json={"state": state},
+                                       headers={**attempt.headers, **header}).status_code == 200
+        in_run = [s for s in spans.get_finished_spans() if trace_of(s) == run["trace_id"]]
+        root = assert_one_tree(in_run)
+        assert root.kind == trace.SpanKind.SERVER and root.attributes["http.route"] == "/v1/runs"
+        (run_root,) = [s for s in in_run if s.name == "fenceline.run"]
+        (claim,) = [s for s in in_run if s.name == "fenceline.claim"]
+        assert run_root.parent.span_id == root.context.span_id and claim.parent.span_id == run_root.context.span_id
+        reports = server_spans(spans, "/v1/attempts/report")
+        assert len(reports) == 2 and {r.parent.span_id for r in reports} == {run_root.context.span_id}
+
+    def test_a_run_with_a_trace_of_its_own_is_the_root_of_it(self, operator, spans):
+        body = {"dag_id": "dag", "run_id": "run", "tasks": [task("t")], "trace_id": "order-1234"}
+        assert operator.post("/v1/runs", json=body).status_code == 201
+        Worker(operator).claim_one()
+        in_run = [s for s in spans.get_finished_spans() if trace_of(s) == w3c_trace_id("order-1234")]
+        root = assert_one_tree(in_run)
+        assert root.name == "fenceline.run" and root.parent is None
+        assert {s.name for s in in_run} == {"fenceline.run", "fenceline.claim"}
+
+    def test_no_span_of_the_asgi_layers_receive_and_send(self, operator, spans):
+        operator.create_run()
+        Worker(operator).claim_one()
+        assert spans.get_finished_spans()
+        assert not [s for s in spans.get_finished_spans() if s.kind == trace.SpanKind.INTERNAL
+                    and s.name.endswith((" http receive", " http send"))]
 
 
 class TestRunTrace:

@@ -22,13 +22,15 @@ from typing import Any, Protocol
 import jwt
 
 from app.auth.attempt_key import AttemptKey
-from app.telemetry.metrics import tokens_without_audience
+from app.telemetry.metrics import tokens_without_audience, zeroed
 
 ALGORITHM = "HS256"
 ISSUER = "fenceline"
 LEEWAY_SECONDS = 30  # clock skew between replicas and agents, for exp, nbf and iat
 OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE, METRICS_SCOPE = "operator", "launcher", "worker", "metrics"
 ATTEMPT_SCOPE, CURSOR_SCOPE = "attempt", "log-cursor"
+zeroed(tokens_without_audience, kind=(OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE, METRICS_SCOPE, ATTEMPT_SCOPE,
+                                      CURSOR_SCOPE))
 REQUIRED_CLAIMS = ["sub", "scope", "iat", "exp", "jti"]
 SCOPED_CLAIMS = [*REQUIRED_CLAIMS, "iss", "aud", "nbf"]
 UNSCOPED_GRACE_SECONDS = 7 * 24 * 3600

@@ -112,10 +112,11 @@ class Claims:
         self.batches = Batches(threads)
 
     async def claim(self, execution_id: uuid.UUID, *, limit: int, queues: list[str], wait_seconds: float,
-                    gone: Callable[[], Awaitable[bool]], keyring: tokens.KeyRing, ttl_seconds: int) -> list[WorkItem]:
+                    gone: Callable[[], Awaitable[bool]], keyring: tokens.KeyRing, ttl_seconds: int
+                    ) -> tuple[list[WorkItem], float]:
         """Up to `limit` ready task instances on `queues` for `execution_id`; with
         `wait_seconds`, as soon as some are claimed within that wait (hub.wait_for_work), and
-        nothing once `gone()`."""
+        nothing once `gone()`; and the seconds it waited."""
         hub, waits, served = self.hub, wait_seconds > 0, frozenset(queues)
 
         async def attempt() -> tuple[list[WorkItem], bool]:
@@ -131,7 +132,8 @@ class Claims:
                 execution_id, limit, sorted(served), waits, promote, busy, hub.generation, gone, keyring,
                 ttl_seconds))
             if started is not None:  # tracing is on
-                tracing.claimed(started, [i.correlation.trace_id for i in items],
+                tracing.claimed(started, [(i.correlation.trace_id, i.correlation.dag_id, i.correlation.run_id)
+                                          for i in items],
                                 {"fenceline.execution_id": str(execution_id)})
             return items, held_back
 

@@ -351,10 +351,11 @@ def wait_ends(now: float, seconds: float) -> float:
 
 async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T], bool]]], *, limit: int,
                         seconds: float, gone: Callable[[], Awaitable[bool]],
-                        queues: Iterable[str] | None = None, claimer: uuid.UUID | None = None) -> list[T]:
+                        queues: Iterable[str] | None = None, claimer: uuid.UUID | None = None
+                        ) -> tuple[list[T], float]:
     """`attempt()` (one claim of up to `limit` on `queues` for `claimer`: its items, and whether
     ready work was held back by a pool or a cap) until it answers something or the wait ends
-    (wait_ends), waiting on `hub` in between.
+    (wait_ends), waiting on `hub` in between; answers the items and the seconds spent waiting.
 
     - Nothing is claimed once `gone()` (the client left); a woken waiter that does not claim
       passes its wake on.
@@ -364,12 +365,12 @@ async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T],
     served = frozenset(queues) if queues is not None else None
     loop = asyncio.get_running_loop()
     deadline = wait_ends(loop.time(), seconds)
-    woken = False
+    woken, waited = False, 0.0
     while True:
         if (woken or seconds <= 0) and await gone():
             if woken:
                 hub.wake(1, served)
-            return []
+            return [], waited
         seen = hub.generation
         try:
             items, blocked = await attempt()
@@ -378,9 +379,11 @@ async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T],
                 hub.wake(1, served)
             raise
         hub.took(len(items), len(items) >= limit, served)
-        remaining = deadline - loop.time()
+        began = loop.time()
+        remaining = deadline - began
         if items or remaining <= 0:
-            return items
+            return items, waited
         woken = hub.generation != seen or await hub.wait(remaining, served, blocked, claimer)
+        waited += loop.time() - began
         if not woken:
-            return []
+            return [], waited

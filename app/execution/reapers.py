@@ -33,11 +33,12 @@ from app.orchestration.cas import from_sources, lock_run
 from app.orchestration.models import TaskInstance
 from app.orchestration.outcomes import Backoff, Outcome, apply_outcome
 from app.orchestration.promotion import promote_eligible
-from app.telemetry.metrics import reaper_marks, reaper_sweep_duration
+from app.telemetry.metrics import reaper_marks, reaper_sweep_duration, zeroed
 
 log = logging.getLogger("fenceline.reapers")
 SWEEP_LOCK_KEY = 0x66656E6365  # "fence"
 LEADER_LOCK_KEY = 0x7265617065  # "reape": a key of its own, so the leader's sweeps can take SWEEP_LOCK_KEY
+zeroed(reaper_marks, reason=s.REAPER_MARKS)
 
 
 @dataclass(frozen=True)

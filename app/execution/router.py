@@ -1,6 +1,7 @@
 """HTTP for dispatch, agent writes, observations, attempts, sweeps and the operator rails."""
 
 import uuid
+from typing import get_args
 
 import anyio
 from fastapi import Request
@@ -56,10 +57,12 @@ async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -
     early), holding neither a thread nor a database connection while waiting."""
     state = request.app.state
     claims: Claims = state.claims
-    items = await claims.claim(execution_id, limit=body.limit, queues=body.queues, wait_seconds=body.wait_seconds,
-                               gone=request.is_disconnected, keyring=installation(request).keyring,
-                               ttl_seconds=state.settings.attempt_token_ttl_seconds)
-    metrics.count_claim(len(items))
+    items, waited = await claims.claim(
+        execution_id, limit=body.limit, queues=body.queues, wait_seconds=body.wait_seconds,
+        gone=request.is_disconnected, keyring=installation(request).keyring,
+        ttl_seconds=state.settings.attempt_token_ttl_seconds)
+    metrics.count_claim(len(items), waited)
+    request.state.waited_seconds = waited  # not latency (app/telemetry/observe.py)
     return WorkItems(items=items)
 
 
@@ -200,3 +203,12 @@ def mark_task_instance(ti_id: uuid.UUID, body: MarkRequest, session: SessionDep,
     """Mark success or failed (any in-flight attempt is fenced off and told to terminate)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
     return ti_public(_moved(operator.mark(session=session, ti=ti, state=body.state)))
+
+
+# Series at 0 from the start: every outcome a report carries, and every route that may refuse a
+# write as stale (the logs append is app/logs/router.py's; tests/test_metrics.py holds this list
+# to the routes whose documented 409 is a stale report).
+metrics.zeroed(metrics.reports, outcome=get_args(Report.model_fields["state"].annotation))
+metrics.zeroed(metrics.stale_reports, route=(
+    "/v1/attempts/report", "/v1/attempts/heartbeat", "/v1/attempts/live", "/v1/attempts/release", "/v1/auth/renew",
+    "/v1/observations", "/v1/attempts/logs", "/v1/attempts/batch"))

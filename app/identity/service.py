@@ -20,9 +20,13 @@ from app.errors import AppError, conflict, not_found
 from app.identity.models import Execution, Seat
 from app.identity.schemas import AdmissionRequest, ExecutionPatch, ResumeWrite, SeatPut
 from app.orchestration import events
-from app.telemetry.metrics import execution_identity_conflicts
+from app.telemetry.metrics import execution_identity_conflicts, zeroed
 
 TARGET_FIELDS = ("pod_namespace", "pod_name", "pod_uid", "server_id", "process_namespace", "pid")
+# The reasons refusal() is given (execution_identity_conflicts_total's series of a swarm start at
+# 0 from its first admission).
+REFUSALS = ("admission-required", "execution-rotated", "idempotency-key-reused", "identity-conflict",
+            "pod-uid-reused", "stale-predecessor", "stale-update")
 
 
 def refusal(swarm: str, type: str, title: str, detail: str, **extra: Any) -> AppError:
@@ -96,6 +100,7 @@ def admit(
     stale-predecessor naming the current execution. A request repeating an Idempotency-Key
     gets the execution it created back.
     """
+    zeroed(execution_identity_conflicts, swarm=(request.swarm,), reason=REFUSALS)
     fingerprint = _fingerprint(seat, request)
     if (replayed := _replay(session, seat, idempotency_key, fingerprint, request.swarm)) is not None:
         return replayed, False

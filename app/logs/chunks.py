@@ -54,6 +54,7 @@ class ChunkedLogStore:
     once, with bound values."""
 
     name: str
+    fault_reasons: tuple[str, ...] = ("database_full", "database_unavailable", "probe")
     columns: tuple[str, ...]  # what `_bytes` needs of a row, besides its offsets
     page = 16  # chunks per read query
 

@@ -58,6 +58,7 @@ def parse(url: str) -> tuple[str, str]:
 
 
 class S3LogStore(ChunkedLogStore):
+    fault_reasons = (*ChunkedLogStore.fault_reasons, "bucket_full", "bucket_unavailable")  # an index in the database
     columns = ("object_name",)
     page = 64  # index rows are small; each chunk is its own GET
 

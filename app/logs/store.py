@@ -70,6 +70,7 @@ class LogStore(Protocol):
     (what a request reads while it runs, in its own transaction)."""
 
     name: str  # as FENCELINE_LOG_STORE names it
+    fault_reasons: tuple[str, ...]  # every `reason` its LogStoreFaults carry
 
     def size(self, key: str, *, session: Session) -> int | None:
         """The stream's length in bytes; None if it does not exist."""
@@ -134,6 +135,7 @@ class FileLogStore:
     lock orders them."""
 
     name = "file"
+    fault_reasons = (*sorted(errno.errorcode[e].lower() for e in _FULL | _UNAVAILABLE), "probe")
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)

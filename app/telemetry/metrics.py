@@ -12,6 +12,7 @@ checkout and check-in.
 
 import os
 from collections.abc import Iterable
+from itertools import product
 from typing import Any
 
 from prometheus_client import (
@@ -29,6 +30,17 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, event
 
 from app.telemetry.multiprocess import MULTIPROC_ENV
+
+
+def zeroed(metric: Counter | Histogram, **values: Iterable[str]) -> None:
+    """A series at 0 for every combination of the label values given (known before their first
+    event), so that `increase()` and `rate()` see that event, and an alert on a series that
+    never moved has one to read. The domain that knows a label's values calls this; label
+    values no one can know ahead (a route, a swarm before its first admission) start at their
+    first event."""
+    names = list(values)
+    for combination in product(*(values[name] for name in names)):
+        metric.labels(**dict(zip(names, combination, strict=True)))
 
 # --- named by the contract (1.3, 3.4): unchanged -----------------------------------------------
 execution_identity_conflicts = Counter(
@@ -51,18 +63,29 @@ http_requests = Counter(
 )
 http_request_duration = Histogram(
     "fenceline_http_request_duration_seconds",
-    "Time from a request's arrival to the end of its answer, by method, route template and status.",
+    "Time from a request's arrival to the end of its answer, by method, route template and status, less "
+    "the time a waiting claim waited for work (that is fenceline_claim_wait_seconds).",
     ["method", "route", "status"], buckets=LATENCY_BUCKETS,
 )
 
 # --- execution -------------------------------------------------------------------------------
 claims = Counter("fenceline_claims", "Claim requests answered (POST /v1/dispatch/claim), work found or not.")
 claimed_task_instances = Counter("fenceline_claimed_task_instances", "Task instances handed out by claims.")
+claim_wait = Histogram(
+    "fenceline_claim_wait_seconds",
+    "Time waiting claims (wait_seconds > 0) spent waiting for work, by whether work came (claimed) or the "
+    "wait ran out (empty); a claim that found work at once is not counted.",
+    ["outcome"], buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0),
+)
+zeroed(claim_wait, outcome=("claimed", "empty"))
 
-def count_claim(handed_out: int) -> None:
+
+def count_claim(handed_out: int, waited: float) -> None:
     claims.inc()
     if handed_out:
         claimed_task_instances.inc(handed_out)
+    if waited > 0:
+        claim_wait.labels("claimed" if handed_out else "empty").observe(waited)
 
 
 reports = Counter(
@@ -91,6 +114,7 @@ reaper_marks = Counter(
 batch_entries = Counter("fenceline_batch_entries", "Entries of POST /v1/attempts/batch answered, by op and status.",
                         ["op", "status"])
 BATCH_OPS = ("heartbeat", "report", "log")
+zeroed(batch_entries, op=BATCH_OPS, status=("200", "409"))
 
 
 def count_batch(entries: list[dict[str, Any]], results: list[Any]) -> None:
@@ -127,6 +151,7 @@ http_connections_open = Gauge("fenceline_http_connections_open",
 http_heads_refused = Counter("fenceline_http_heads_refused",
                              "Request heads refused before routing: too large (431) or not finished in time "
                              "(timeout), by reason.", ["reason"])
+zeroed(http_heads_refused, reason=("too_large", "timeout"))
 
 # --- the database pool (per process; summed over the live processes of a multi-process server) --
 db_pool_in_use = Gauge("fenceline_db_pool_connections_in_use", "Database connections checked out of the pool.",

@@ -4,7 +4,10 @@ A pure ASGI layer (no BaseHTTPMiddleware: no extra task or body copy per request
 id is the client's `X-Request-ID` when it matches `[A-Za-z0-9._-]{1,128}`, else a fresh one, and
 is echoed on the answer. An incoming W3C `traceparent` names the request's trace: its trace id
 is logged, and a run created in that request takes it as its trace_id (app/orchestration). The
-route is the matched route's template, never the raw path, so label values stay bounded.
+route is the matched route's template, never the raw path, so label values stay bounded. A
+route that waited for something to happen (a waiting claim waiting for work) says how long in
+the request's state, `waited_seconds`: that time is not the request's latency, and is measured
+apart (fenceline_claim_wait_seconds).
 """
 
 import logging
@@ -36,6 +39,12 @@ def attempt_fields(scope: Scope) -> dict[str, Any]:
     """The attempt identity the request's credential named, as app/auth/deps.py left it."""
     state = scope.get("state")
     return state.get("log_identity", {}) if isinstance(state, dict) else {}
+
+
+def waited(scope: Scope) -> float:
+    """The seconds the route said it waited for something to happen (a long poll)."""
+    state = scope.get("state")
+    return state.get("waited_seconds", 0.0) if isinstance(state, dict) else 0.0
 
 
 class Observe:
@@ -75,7 +84,7 @@ class Observe:
             method, route = scope["method"], route_of(scope)
             code = str(status)
             http_requests.labels(method, route, code).inc()
-            http_request_duration.labels(method, route, code).observe(elapsed)
+            http_request_duration.labels(method, route, code).observe(elapsed - waited(scope))
             if access_log.isEnabledFor(logging.INFO):
                 access_log.info("%s %s %s %.1fms", method, scope["path"], code, elapsed * 1000, extra={
                     "method": method, "path": scope["path"], "route": route, "status": status,

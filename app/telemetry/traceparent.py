@@ -30,6 +30,19 @@ def w3c_trace_id(run_trace_id: str) -> str:
     return hashlib.sha256(run_trace_id.encode()).hexdigest()[:32]
 
 
+def run_span_id(trace_id: str, dag_id: str, run_id: str) -> str:
+    """The span id of a run's root span (`fenceline.run`, exported by the server when the run is
+    created), from the run's W3C trace id and its key: claims and the worker's attempts name it
+    as their parent with no call between them."""
+    return hashlib.sha256(f"{trace_id}/{dag_id}/{run_id}".encode()).hexdigest()[:15] + "1"  # never all zero
+
+
+def run_traceparent(correlation: dict[str, object]) -> str:
+    """The traceparent of an attempt's run root, from its claim's correlation."""
+    trace_id = w3c_trace_id(str(correlation.get("trace_id") or ""))
+    return traceparent(trace_id, run_span_id(trace_id, str(correlation.get("dag_id")), str(correlation.get("run_id"))))
+
+
 def traceparent(trace_id: str, span_id: str | None = None) -> str:
     """A sampled traceparent in `trace_id` (a fresh parent span id unless given)."""
     return f"00-{trace_id}-{span_id or secrets.token_hex(8)}-01"

@@ -2,23 +2,36 @@
 
 On when FENCELINE_OTEL=1 or OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads the standard
 OTEL_* variables). Requests (FastAPI), database calls (SQLAlchemy) and the worker's HTTP calls
-(httpx) are spans; an incoming `traceparent` is continued. A run's trace is that of its tasks'
-claims and reports: the claim span is made in the run's trace (app/telemetry/traceparent.py), or, for a
-claim that hands out tasks of several runs, in the request's trace with a link to each run's;
-an agent's reports continue the run's trace from the traceparent it sends (the reference worker
-sends it, and hands TRACEPARENT to the task). Without the extra, none of this is imported.
+(httpx) are spans (not the ASGI layer's receive and send); an incoming `traceparent` is
+continued. A run's trace is one tree:
+
+- its root, `fenceline.run`, is exported when the run is created: a child of the creating
+  request's span when the run is in that request's trace, else the root of the run's trace.
+  Its span id is derived from the run (traceparent.run_span_id), so no one has to ask for it;
+- a claim's span (`fenceline.claim`) is a child of it when the claim hands out tasks of one
+  run; a claim of several runs' tasks is in the request's trace, linked to each run's root;
+- the reference worker's attempt span is a child of it, and its calls (named by route) and
+  the task's TRACEPARENT are children of the attempt; an agent's reports continue whatever
+  traceparent it sends.
+
+The run root gets its derived ids through the provider's id generator (RunIds wraps it: an
+extension point of the SDK, used by vendors' id formats). Without the extra, none of this is
+imported.
 """
 
 import logging
 import os
 import time
+from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import Any
 
 from app.telemetry.logconfig import incoming_trace_id
-from app.telemetry.traceparent import w3c_trace_id
+from app.telemetry.traceparent import run_span_id, w3c_trace_id
 
 log = logging.getLogger("fenceline.tracing")
 _tracer: Any = None  # set once tracing is on in this process
+_forced: ContextVar[tuple[int, int] | None] = ContextVar("fenceline_forced_span_ids", default=None)
 
 
 def wanted(otel_setting: bool) -> bool:
@@ -35,17 +48,38 @@ def start_provider(service_name: str) -> bool:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.id_generator import IdGenerator
     except ImportError:
         log.warning("tracing is on (FENCELINE_OTEL or OTEL_EXPORTER_OTLP_ENDPOINT) but OpenTelemetry is not "
                     "installed: pip install 'fenceline[otel]'")
         return False
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)
-    _tracer = trace.get_tracer("fenceline")
+
+    class RunIds(IdGenerator):
+        """The provider's ids, but those a run root is made with (`forced`)."""
+
+        fenceline_run_ids = True
+
+        def __init__(self, ids: IdGenerator) -> None:
+            self.ids = ids
+
+        def generate_trace_id(self) -> int:
+            forced = _forced.get()
+            return forced[0] if forced else self.ids.generate_trace_id()
+
+        def generate_span_id(self) -> int:
+            forced = _forced.get()
+            return forced[1] if forced else self.ids.generate_span_id()
+
+    if not getattr(provider.id_generator, "fenceline_run_ids", False):  # once per provider
+        provider.id_generator = RunIds(provider.id_generator)
+    _tracer = provider.get_tracer("fenceline")
     return True
 
 
@@ -57,7 +91,7 @@ def instrument_app(app: Any, engine: Any) -> None:
     from opentelemetry.instrumentation.sqlalchemy.engine import EngineTracer
     from opentelemetry.metrics import get_meter
 
-    FastAPIInstrumentor.instrument_app(app, excluded_urls="health,metrics")
+    FastAPIInstrumentor.instrument_app(app, excluded_urls="health,metrics", exclude_spans=["receive", "send"])
     usage = get_meter("fenceline.db").create_up_down_counter("db.client.connections.usage")
     EngineTracer(_tracer, engine, usage)  # this engine only: a per-engine tracer, not a global patch
 
@@ -78,29 +112,56 @@ def now() -> int | None:
     return time.time_ns() if _tracer is not None else None
 
 
-def remote_parent(trace_id: str) -> Any:
-    """A parent in `trace_id` (W3C form) that no span of this process recorded."""
+def remote_parent(trace_id: str, span_id: str) -> Any:
+    """The span `span_id` of `trace_id` (W3C forms), recorded elsewhere (a run's root)."""
     from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-    return NonRecordingSpan(SpanContext(int(trace_id, 16), int(trace_id[16:], 16) or 1, is_remote=True,
+    return NonRecordingSpan(SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
                                         trace_flags=TraceFlags(TraceFlags.SAMPLED)))
 
 
-def claimed(started: int | None, run_trace_ids: list[str], attributes: dict[str, Any]) -> None:
-    """The claim's span: in the run's trace when its tasks are of one run, else in the
-    request's trace, linked to each run's trace; linked to the request's span either way."""
-    if _tracer is None or started is None or not run_trace_ids:
+def run_root(run_trace_id: str, dag_id: str, run_id: str) -> Any:
+    """The run's root span (`fenceline.run`), as a parent."""
+    trace_id = w3c_trace_id(run_trace_id)
+    return remote_parent(trace_id, run_span_id(trace_id, dag_id, run_id))
+
+
+def run_created(run_trace_id: str, dag_id: str, run_id: str) -> None:
+    """Export the run's root span: a child of the request's span when the run is in the
+    request's trace, else the root of the run's own trace."""
+    if _tracer is None:
+        return
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+
+    root = run_root(run_trace_id, dag_id, run_id).get_span_context()
+    request = trace.get_current_span()
+    in_request = request.get_span_context().is_valid and request.get_span_context().trace_id == root.trace_id
+    token = _forced.set((root.trace_id, root.span_id))
+    try:
+        span = _tracer.start_span("fenceline.run", context=trace.set_span_in_context(request) if in_request
+                                  else Context(), attributes={"fenceline.dag_id": dag_id, "fenceline.run_id": run_id})
+    finally:
+        _forced.reset(token)
+    span.end()
+
+
+def claimed(started: int | None, runs: Iterable[tuple[str, str, str]], attributes: dict[str, Any]) -> None:
+    """The claim's span, of the claimed tasks' `runs` (trace_id, dag_id, run_id): a child of the
+    run's root when they are of one run, else in the request's trace, linked to each run's
+    root; linked to the request's span either way."""
+    roots = sorted(set(runs))
+    if _tracer is None or started is None or not roots:
         return
     from opentelemetry import trace
     from opentelemetry.trace import Link
 
-    traces = sorted({w3c_trace_id(t) for t in run_trace_ids})
     request = trace.get_current_span().get_span_context()
     links = [Link(request)] if request.is_valid else []
-    if len(traces) == 1:
-        context = trace.set_span_in_context(remote_parent(traces[0]))
+    if len(roots) == 1:
+        context = trace.set_span_in_context(run_root(*roots[0]))
     else:
-        context, links = None, [*links, *(Link(remote_parent(t).get_span_context()) for t in traces)]
+        context, links = None, [*links, *(Link(run_root(*r).get_span_context()) for r in roots)]
     span = _tracer.start_span("fenceline.claim", context=context, links=links, start_time=started,
-                              attributes={**attributes, "fenceline.claim.runs": len(traces)})
+                              attributes={**attributes, "fenceline.claim.runs": len(roots)})
     span.end()

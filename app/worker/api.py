@@ -15,6 +15,7 @@ from app.worker import tracing
 from app.worker.batcher import Batcher
 
 T = TypeVar("T")
+SEAT_EXECUTIONS = "/v1/seats/{seat}/executions"
 
 
 class ServerUnreachable(Exception):
@@ -134,15 +135,17 @@ class Api:
         refuse(status, body if isinstance(body, dict) else {})
 
     def call(self, method: str, path: str, *, token: str | None = None, json: Any = None,
-             headers: dict[str, str] | None = None, wait: float = 0.0) -> tuple[int, Any]:
+             headers: dict[str, str] | None = None, wait: float = 0.0, route: str | None = None) -> tuple[int, Any]:
         """One request (that the server may hold `wait` seconds); answers (status, body) for a
-        2xx, else raises."""
+        2xx, else raises. `route`: the path's template, when values are in the path (what its
+        span is named by)."""
         all_headers = {**(bearer(token) if token else {}), **(headers or {})}
         if (trace := tracing.current.get()) is not None:  # an attempt's call: in its run's trace
             all_headers["traceparent"] = trace
         timeout = self.http.timeout if not wait else httpx.Timeout(self.timeout + wait, connect=5.0)
         try:
-            resp = self.http.request(method, path, json=json, headers=all_headers, timeout=timeout)
+            resp = self.http.request(method, path, json=json, headers=all_headers, timeout=timeout,
+                                     extensions={tracing.ROUTE: route} if route else None)
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
         if resp.is_success:
@@ -156,11 +159,11 @@ class Api:
 
     def admit(self, operator_token: str, seat: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
         return self.call("POST", f"/v1/seats/{seat}/executions", token=operator_token, json=body,
-                         headers={"Idempotency-Key": idempotency_key})[1]
+                         headers={"Idempotency-Key": idempotency_key}, route=SEAT_EXECUTIONS)[1]
 
     def seat_executions(self, launcher_token: str, seat: str) -> list[dict[str, Any]]:
         """The seat's executions, oldest generation first."""
-        return self.call("GET", f"/v1/seats/{seat}/executions", token=launcher_token)[1]["items"]
+        return self.call("GET", f"/v1/seats/{seat}/executions", token=launcher_token, route=SEAT_EXECUTIONS)[1]["items"]
 
     # worker and agent calls ----------------------------------------------------------------
 

@@ -316,7 +316,8 @@ def test_long_waits_that_end_in_the_same_second_end_together_and_never_late(monk
 
         async def wait(seconds: float) -> None:
             asked = loop.time() + seconds
-            assert await hubs.wait_for_work(hub, nothing, limit=1, seconds=seconds, gone=still_there) == []
+            items, waited = await hubs.wait_for_work(hub, nothing, limit=1, seconds=seconds, gone=still_there)
+            assert items == [] and waited == pytest.approx(loop.time() - (asked - seconds), abs=0.01)  # all waiting
             ended.append((asked, loop.time()))
         try:
             await asyncio.sleep(1.05 - loop.time() % 1)  # just after a whole second: both ends in the next

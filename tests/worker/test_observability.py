@@ -8,6 +8,7 @@ from opentelemetry import trace
 from app.telemetry.traceparent import w3c_trace_id
 from tests.support.agents import python_task
 from tests.support.api import Operator
+from tests.support.otlp import OtlpReceiver
 from tests.support.waiting import wait_until
 from tests.test_tracing import EXPORTER, TRACE
 from tests.test_tracing import _provider as provider  # noqa: F401  (the in-memory exporter)
@@ -37,6 +38,34 @@ class TestTrace:
                        and s.attributes.get("http.route") == "/v1/attempts/report"
                        and format(s.context.trace_id, "032x") == expected]
             assert len(reports) >= 4  # running and success, of two tasks
+            # without tracing in the worker, its calls and its task name the run's root as their parent
+            (root,) = [s for s in EXPORTER.get_finished_spans() if s.name == "fenceline.run"
+                       and s.attributes["fenceline.run_id"] == run_id]
+            assert format(root.context.trace_id, "032x") == expected
+            assert {r.parent.span_id for r in reports} == {root.context.span_id}
+            assert line.split()[1] == f"00-{expected}-{root.context.span_id:016x}-01"
+
+    def test_a_traced_workers_attempt_and_calls_are_children_of_the_runs_root(self, serve, workers):
+        server = serve(otel=True)
+        operator = Operator(server.client())
+        EXPORTER.clear()
+        run = operator.create_run(python_task("t", PRINTS_TRACEPARENT))
+        with OtlpReceiver() as receiver:
+            worker = workers(server, "etl-a", extra_env={"FENCELINE_OTEL": "1", "OTEL_BSP_SCHEDULE_DELAY": "50",
+                                                         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
+            wait_until(lambda: operator.run()["state"] == "success", "the run to succeed")
+            assert worker.stop() == 0
+            worker_spans = receiver.spans()
+        (root,) = [s for s in EXPORTER.get_finished_spans() if s.name == "fenceline.run"]
+        in_run = [s for s in worker_spans if s.trace_id.hex() == run["trace_id"]]
+        (attempt,) = [s for s in in_run if s.name == "fenceline.worker.attempt"]
+        assert int.from_bytes(attempt.parent_span_id, "big") == root.context.span_id
+        calls = [s for s in in_run if s.parent_span_id == attempt.span_id]
+        assert {"POST /v1/attempts/report"} <= {s.name for s in calls}
+        assert all(s.name != "POST" for s in worker_spans)  # every call is named by its route
+        ti = operator.find_ti("t")
+        (line,) = [line for line in operator.log(ti["ti_id"]).splitlines() if line.startswith("traceparent")]
+        assert line.split()[1] == f"00-{run['trace_id']}-{attempt.span_id.hex()}-01"
 
 
 class TestJsonLogs:
