@@ -59,7 +59,8 @@ class TestOutcomes:
         done = settled(operator)
         assert (done["state"], done["try_number"], done["infra_attempts"]) == ("failed", 2, 0)
         assert [(t, kind) for t, _, kind, _ in attempts(operator, done["ti_id"])] == [(1, "app"), (2, "app")]
-        assert len(set(cluster.deletes())) == 2, "one Pod per try, each deleted after its outcome"
+        # the runner deletes a Pod after its outcome is delivered: the second may not be gone yet
+        wait_until(lambda: len(set(cluster.deletes())) == 2, "one Pod per try, each deleted after its outcome")
         assert "the container exited with status 3: reporting failed" in operator.log(done["ti_id"], 2)
 
     def test_oom_killed_and_evicted_pods_are_replaced_on_the_same_try_with_a_new_epoch_and_pod(
@@ -84,8 +85,9 @@ class TestOutcomes:
                                            params={"full_content": "true"}))
             lines = [str(m.get("event")) if isinstance(m, dict) else str(m) for m in airflow["content"]]
             assert lines.index("first pod") < lines.index("second pod"), lines
-        names = cluster.deletes()
-        assert first["metadata"]["name"] in names and len(set(names)) == 4, "a new Pod for each re-placed attempt"
+        names = wait_until(lambda: len(set(n := cluster.deletes())) == 4 and n,
+                           "a new Pod for each re-placed attempt, each deleted after its outcome")
+        assert first["metadata"]["name"] in names
 
     def test_an_image_that_never_pulls_is_dispatch_failed_within_its_deadline(self, serve, cluster, kubelet,
                                                                              launchers):
