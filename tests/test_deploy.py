@@ -165,6 +165,8 @@ class TestKubernetes:
             ("ConfigMap", "fenceline"),
             ("Deployment", "fenceline-server"),
             ("Job", "fenceline-migrate"),
+            ("NetworkPolicy", "fenceline-server"),
+            ("NetworkPolicy", "fenceline-worker"),
             ("PodDisruptionBudget", "fenceline-server"),
             ("PodDisruptionBudget", "fenceline-worker"),
             ("Service", "fenceline"),
