@@ -10,23 +10,24 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from app.worker.agent import UNREACHABLE_CAP_SECONDS
 from tests.support.agents import REPO, WorkerProcess
 from tests.support.ports import free_port
 from tests.support.servers import clean_env
 from tests.support.waiting import wait_until
 
-MAX_AGE = "3"
+MAX_AGE = 3.0  # a worker claiming every 0.5 s (--claim-wait) turns its loop well within it
 
 
-def probe(worker: WorkerProcess, *flags: str) -> subprocess.CompletedProcess:
+def probe(worker: WorkerProcess, *flags: str, max_age: float = MAX_AGE) -> subprocess.CompletedProcess:
     """The probe, as the Pod spec runs it: the worker's environment, its state directory."""
     env = {**clean_env(), "FENCELINE_WORKER_STATE_DIR": str(worker.state_dir)}
-    return subprocess.run([sys.executable, "-m", "app.cli", "worker", "alive", "--max-age", MAX_AGE, *flags],
+    return subprocess.run([sys.executable, "-m", "app.cli", "worker", "alive", "--max-age", str(max_age), *flags],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
 
 
-def passes(worker: WorkerProcess) -> bool:
-    return probe(worker).returncode == 0
+def passes(worker: WorkerProcess, max_age: float = MAX_AGE) -> bool:
+    return probe(worker, max_age=max_age).returncode == 0
 
 
 def fails(worker: WorkerProcess) -> str:
@@ -39,7 +40,7 @@ class TestLiveWorker:
     def test_it_passes_while_the_loop_turns_and_fails_once_the_worker_hangs(self, server, workers):
         worker = workers(server, "alive-1", "--claim-wait", "0.5")
         wait_until(lambda: passes(worker), "the probe to pass")
-        time.sleep(float(MAX_AGE) + 1)  # longer than --max-age: an idle worker's waiting claims keep it alive
+        time.sleep(MAX_AGE + 1)  # longer than --max-age: an idle worker's waiting claims keep it alive
         assert passes(worker)
 
         worker.proc.send_signal(signal.SIGSTOP)  # hung: nothing of it runs
@@ -55,13 +56,18 @@ class TestLiveWorker:
         assert "has stopped" in fails(worker)  # at once, not --max-age later
 
     def test_an_unreachable_server_does_not_fail_it(self, serve, workers):
+        # The loop turns once per back-off, which grows to UNREACHABLE_CAP_SECONDS (the Pod's
+        # --max-age, 60 s, is far above it).
+        max_age = UNREACHABLE_CAP_SECONDS + 2
         server = serve()
         worker = workers(server, "alive-2", "--claim-wait", "0.5")
-        wait_until(lambda: passes(worker), "the probe to pass")
+        wait_until(lambda: passes(worker, max_age), "the probe to pass")
         server.__exit__(None, None, None)
         wait_until(lambda: "server unreachable" in worker.output, "the worker to find the server gone")
-        time.sleep(float(MAX_AGE) + 1)
-        assert passes(worker)  # a restart would not bring the server back
+        deadline = time.monotonic() + max_age + 2
+        while time.monotonic() < deadline:  # through several back-offs, up to the longest
+            assert passes(worker, max_age)  # a restart would not bring the server back
+            time.sleep(0.5)
         assert worker.stop() == 0
 
 
