@@ -1,18 +1,23 @@
-"""The `fenceline` console command."""
+"""The `fenceline` console command.
+
+The server's modules (SQLAlchemy, the settings) are imported by the commands that use them, not
+here: `fenceline worker alive`, a liveness probe run every few seconds, costs 0.05 s of CPU
+instead of 0.5 s.
+"""
 
 import argparse
 import sys
 import traceback
 from collections.abc import Callable
-from typing import NoReturn
-
-from sqlalchemy.pool import NullPool
+from typing import TYPE_CHECKING, NoReturn
 
 from app import __version__
-from app.config import Settings, log_store_name
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
-def _prepare(settings: Settings, say: Callable[[str], None] = lambda _: None, *, writes: bool = True) -> str:
+def _prepare(settings: "Settings", say: Callable[[str], None] = lambda _: None, *, writes: bool = True) -> str:
     """The start-up checks `serve`, `migrate` and `logs copy` make (app/ops/startup.py): the
     database URL, the directories (unless the command `writes` nothing), the database answering.
     Answers the URL."""
@@ -31,7 +36,7 @@ def _say(message: str) -> None:
     print(f"fenceline: {message}", flush=True)
 
 
-def _migrate(settings: Settings, say: Callable[[str], None] = lambda _: None) -> str:
+def _migrate(settings: "Settings", say: Callable[[str], None] = lambda _: None) -> str:
     from app.ops.migrate import upgrade
 
     url = _prepare(settings, say)
@@ -132,6 +137,7 @@ def server_processes(asked: int | None, url: str, settings: "Settings") -> tuple
 def database_max_connections(url: str) -> int:
     """PostgreSQL's max_connections, asked of the server."""
     from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
 
     engine = create_engine(url, poolclass=NullPool)
     try:
@@ -201,6 +207,10 @@ def cmd_logs_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    if args.worker_command == "alive":
+        from app.worker.liveness import check_alive
+
+        return check_alive(args)
     from app.worker.main import run_worker
 
     return run_worker(args)
@@ -219,6 +229,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _store_name(value: str) -> str:
+    from app.config import log_store_name
+
     try:
         return log_store_name(value)
     except ValueError as exc:
@@ -274,10 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     copy.add_argument("--from", dest="source", type=_store_name,
                       help="the store to copy from (default: the configured one, FENCELINE_LOG_STORE)")
     copy.set_defaults(func=cmd_logs_copy)
+    from app.worker.liveness import add_alive_command
     from app.worker.settings import add_arguments as worker_arguments
 
     worker = sub.add_parser("worker", help="run claimed tasks as local processes for one seat")
     worker_arguments(worker)
+    add_alive_command(worker)
     worker.set_defaults(func=cmd_worker)
     from app.launcher.settings import add_arguments as launcher_arguments
 
@@ -289,13 +303,15 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")
     demo.set_defaults(func=cmd_demo)
     args = parser.parse_args(argv)
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from app.ops.startup import DATABASE_UNREACHABLE, StartupError
-
     try:
         return args.func(args)
-    except (StartupError, SQLAlchemyError) as exc:
+    except Exception as exc:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from app.ops.startup import DATABASE_UNREACHABLE, StartupError
+
+        if not isinstance(exc, StartupError | SQLAlchemyError):
+            raise
         if getattr(args, "log_level", None) == "debug":
             traceback.print_exc()
         if isinstance(exc, StartupError):

@@ -6,6 +6,7 @@ lints the Dockerfile, check-jsonschema holds docker-compose.yml to the compose s
 and `kubectl kustomize` renders the base, whose objects are then read field by field.
 """
 
+import inspect
 import os
 import re
 import shutil
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
+from app.execution.schemas import MAX_CLAIM_WAIT_SECONDS
 from app.launcher.agent import ALIVE
+from app.worker.api import Api
 from app.worker.context import DELIVERY_AFTER_HALT_SECONDS
 from app.worker.settings import POD_ENV
 from app.worker.task import KILL_AFTER
@@ -162,7 +165,10 @@ class TestKubernetes:
             ("ConfigMap", "fenceline"),
             ("Deployment", "fenceline-server"),
             ("Job", "fenceline-migrate"),
+            ("NetworkPolicy", "fenceline-server"),
+            ("NetworkPolicy", "fenceline-worker"),
             ("PodDisruptionBudget", "fenceline-server"),
+            ("PodDisruptionBudget", "fenceline-worker"),
             ("Service", "fenceline"),
             ("Service", "fenceline-worker"),
             ("StatefulSet", "fenceline-worker"),
@@ -241,6 +247,30 @@ class TestKubernetes:
         # time Kubernetes gives before SIGKILL.
         grace = float(env["FENCELINE_WORKER_GRACE_PERIOD"]["value"])
         assert grace + KILL_AFTER + DELIVERY_AFTER_HALT_SECONDS < spec["terminationGracePeriodSeconds"]
+
+    def test_a_worker_is_alive_while_its_claim_loop_turns_and_drained_one_at_a_time(self, rendered):
+        workers = one(rendered, "StatefulSet", "fenceline-worker")
+        [container] = pod_spec(workers)["containers"]
+        env = env_of(container)
+        # The probe finds the state directory in the container's environment, as the worker does.
+        for probe in ("startupProbe", "livenessProbe"):
+            assert container[probe]["exec"]["command"][:3] == ["fenceline", "worker", "alive"]
+            assert "--state-dir" not in container[probe]["exec"]["command"]
+        assert "FENCELINE_WORKER_STATE_DIR" in env
+        # Its --max-age outlasts the longest turn of a live loop (a claim's longest wait and its
+        # request's timeout), and a drain (SIGTERM) ends before a stale file fails it.
+        liveness = container["livenessProbe"]
+        max_age = float(liveness["exec"]["command"][-1])
+        assert MAX_CLAIM_WAIT_SECONDS + inspect.signature(Api).parameters["timeout"].default < max_age
+        grace = float(env["FENCELINE_WORKER_GRACE_PERIOD"]["value"])
+        assert grace + KILL_AFTER + DELIVERY_AFTER_HALT_SECONDS < max_age
+        # Start-up (admission) may wait minutes for a server that is not up yet.
+        startup = container["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
+        budget = one(rendered, "PodDisruptionBudget", "fenceline-worker")
+        assert budget["spec"]["maxUnavailable"] == 1
+        assert budget["spec"]["selector"]["matchLabels"].items() <= workers["spec"]["template"]["metadata"][
+            "labels"].items()
 
 
 @pytest.fixture(scope="module")

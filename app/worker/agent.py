@@ -19,6 +19,7 @@ from app.worker.api import Api, Backoff, GaveUp, Refused, ServerUnreachable, Sta
 from app.worker.context import Context
 from app.worker.deliver import hand_back_lost, redeliver_journal
 from app.worker.kubernetes import PodSuperseded, SeatContested, admit_pod
+from app.worker.liveness import Liveness
 from app.worker.process import kill_orphans
 from app.worker.settings import WorkerSettings
 from app.worker.state import StateDir, describe
@@ -56,6 +57,7 @@ class Worker:
         self.execution_id = ""
         self.threads: list[threading.Thread] = []
         self._claiming = False  # a waiting claim is in flight (on the main thread)
+        self.liveness = Liveness(self.ctx.state.root)  # `fenceline worker alive` reads it (app/worker/liveness.py)
 
     @property
     def log(self) -> logging.Logger:
@@ -64,6 +66,7 @@ class Worker:
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (or until superseded); answers the exit status."""
         self.ctx.state.lock()
+        self.liveness.clear()
         self._install_signal_handlers()
         try:
             redeliver_journal(self.ctx)
@@ -79,6 +82,7 @@ class Worker:
         finally:
             self._drain()
             self.ctx.api.close()
+            self.liveness.clear()
 
     # start-up --------------------------------------------------------------------------------
 
@@ -196,6 +200,7 @@ class Worker:
         (or with nothing after claim_wait), so an idle worker costs one request per wait."""
         backoff = Backoff(cap=UNREACHABLE_CAP_SECONDS)
         while not self.ctx.stopping.is_set():
+            self.liveness.beat()
             self.threads = [t for t in self.threads if t.is_alive()]
             free = self.settings.concurrency - len(self.threads)
             if free <= 0:

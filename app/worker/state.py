@@ -4,6 +4,7 @@ Layout (every file 0600, every JSON write atomic and fsynced, so a crash leaves 
 new version, never half of one):
 
     lock                      held while a worker runs: one worker per state directory
+    liveness                  touched on every turn of the claim loop (app/worker/liveness.py)
     execution.json            the seat's current execution, named as predecessor on restart
     admission.json            an admission in flight (body and Idempotency-Key), replayed on restart
     attempts/{key}.json       an attempt this worker holds: correlation, attempt token, process group
