@@ -31,6 +31,9 @@ from app.execution.schemas import MAX_BATCH_ENTRIES, Report
 from app.orchestration.cas import RUNS, TI
 from app.orchestration.outcomes import Backoff
 
+# An entry's members beside its single request's body: its bearer, its route, and the W3C
+# traceparent its request's header would carry (app/telemetry/tracing.batch_entries).
+ENVELOPE = ("attempt_token", "op", "traceparent")
 # A log entry's work: (session, token, fields) -> the answer's body, raising what the single
 # append raises (app/logs/service.py BatchAppends).
 LogAppends = Callable[[Session, AttemptClaims, dict[str, Any]], dict[str, Any]]
@@ -111,7 +114,7 @@ def _checked(batch: Batch, index: int, raw: dict[str, Any]) -> Entry:
     if op not in ("heartbeat", "report", "log"):
         raise invalid_input([{"loc": ["body", "op"], "msg": "Input should be 'heartbeat', 'report' or 'log'",
                               "type": "literal_error"}])
-    fields = {k: v for k, v in raw.items() if k not in ("attempt_token", "op")}
+    fields = {k: v for k, v in raw.items() if k not in ENVELOPE}
     if op == "heartbeat" and fields:
         raise invalid_input([{"loc": ["body", name], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
                              for name in fields])
