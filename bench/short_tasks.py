@@ -31,7 +31,7 @@ from bench.common import ADMIN_PASSWORD, PostgresCpu, Server, table  # noqa: E40
 from bench.roundtrips import create_runs  # noqa: E402
 
 HEADERS = ["worker --batch-tick", "tasks", "tasks/s", "server CPU ms / task", "PostgreSQL CPU ms / task",
-           "server + PostgreSQL ms / task", "workers' CPU ms / task", "claims / task", "batches / task",
+           "server + PostgreSQL ms / task", "workers' CPU ms / task", "tasks / claim", "entries / batch",
            "other requests / task"]
 
 
@@ -79,19 +79,23 @@ def measure(tasks: int, concurrency: int, tick: str) -> list[object]:
         made = requests(client, operator) - before[3]
     return [tick, tasks, tasks / elapsed, 1000 * server_cpu / tasks, 1000 * pg_cpu / tasks,
             1000 * (server_cpu + pg_cpu) / tasks, 1000 * workers_cpu / tasks,
-            made[CLAIM] / tasks, made[BATCH] / tasks, (sum(made.values()) - made[CLAIM] - made[BATCH]) / tasks]
+            tasks / made[CLAIM] if made[CLAIM] else "-", made[ENTRIES] / made[BATCH] if made[BATCH] else "-",
+            (sum(made.values()) - made[CLAIM] - made[BATCH] - made[ENTRIES]) / tasks]
 
 
-CLAIM, BATCH = "/v1/dispatch/claim", "/v1/attempts/batch"
+CLAIM, BATCH, ENTRIES = "/v1/dispatch/claim", "/v1/attempts/batch", "entries"
 
 
 def requests(client: httpx.Client, operator: dict[str, str]) -> Counter[str]:
-    """Requests the server answered so far, by route (its /metrics), the workers' and this one's."""
+    """Requests the server answered so far, by route (its /metrics), the workers' and this one's,
+    and the entries of its batches (ENTRIES)."""
     made: Counter[str] = Counter()
     for family in text_string_to_metric_families(client.get("/metrics", headers=operator).text):
         for sample in family.samples:
             if sample.name == "fenceline_http_requests_total":
                 made[sample.labels["route"]] += sample.value
+            elif sample.name == "fenceline_batch_entries_total":
+                made[ENTRIES] += sample.value
     return made
 
 
