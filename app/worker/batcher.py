@@ -18,6 +18,7 @@ sent one by one, each answered by its own attempt token).
 """
 
 import base64
+import functools
 import json
 import threading
 import time
@@ -42,6 +43,7 @@ class Pending:
     error: Exception | None = None
 
 
+@functools.lru_cache(maxsize=1024)  # read for each of a task's writes: its token, a few times
 def token_execution(token: str) -> str | None:
     """The execution an attempt token names, read without verifying (only the server verifies)."""
     try:

@@ -112,8 +112,8 @@ def spawn(argv: list[str], env: dict[str, str], spool: Path) -> subprocess.Popen
     appended to the spool file, which survives the worker; killed when the worker dies (Linux:
     through setpriv where it is installed, else a preexec_fn)."""
     parent = os.getpid()
-    if SETPRIV is not None and _found(argv[0], env) is None:  # as Popen would raise it, not setpriv's 127
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    if SETPRIV is not None and (refused := _unstartable(argv[0], env)) is not None:
+        raise refused  # as Popen would raise it, not as setpriv's exit status 127
     with spool.open("ab") as out:
         if SETPRIV is not None:
             return subprocess.Popen(
@@ -125,11 +125,17 @@ def spawn(argv: list[str], env: dict[str, str], spool: Path) -> subprocess.Popen
         )
 
 
-def _found(command: str, env: dict[str, str]) -> str | None:
-    """The executable `command` names, looked up on the task's PATH as exec looks it up."""
-    if os.sep in command:
-        return command if os.path.isfile(command) and os.access(command, os.X_OK) else None
-    return shutil.which(command, path=env.get("PATH", os.defpath))
+def _unstartable(command: str, env: dict[str, str]) -> OSError | None:
+    """What exec would raise for `command` (looked up on the task's PATH): not found, or not
+    executable; None when it can be started."""
+    if os.sep not in command:
+        found = shutil.which(command, path=env.get("PATH", os.defpath))
+        return None if found else FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+    if not os.path.exists(command):
+        return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+    if os.path.isdir(command) or not os.access(command, os.X_OK):
+        return PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
+    return None
 
 
 class ExitWatch:
