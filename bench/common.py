@@ -116,21 +116,58 @@ class Server:
 
 
 
-def postgres_cpu_seconds() -> float:
-    """User and system CPU of every PostgreSQL process on this machine so far (the benchmarks'
-    database is the only busy one while they run), from /proc."""
-    total = 0
+def postgres_cpu(database: str | None = None) -> dict[int, float]:
+    """User and system CPU so far of each PostgreSQL process on this machine, from /proc: every
+    one, or only the backends connected to `database` (on a server other sessions use too; its
+    shared processes, the WAL writer and the checkpointer, are then left out)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             if (entry / "comm").read_text().strip() != "postgres":
                 continue
+            if database and f" {database} " not in (entry / "cmdline").read_text().replace("\0", " "):
+                continue
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+        found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+class PostgresCpu:
+    """The CPU the backends connected to `database` use from start() to stop(), read every
+    0.1 s so that a backend that ends meanwhile (a pool's overflow connection) counts up to its
+    last reading (one that lives less than that is missed)."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def start(self) -> "PostgresCpu":
+        self._before = postgres_cpu(self.database)
+        self._last = dict(self._before)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.1):
+            self._last.update(postgres_cpu(self.database))
+
+    def stop(self) -> float:
+        """The seconds of CPU used since start()."""
+        self._stop.set()
+        self._thread.join()
+        self._last.update(postgres_cpu(self.database))
+        return sum(cpu - self._before.get(pid, 0.0) for pid, cpu in self._last.items())
+
+
+def postgres_cpu_seconds() -> float:
+    """User and system CPU of every PostgreSQL process on this machine so far (the benchmarks'
+    database is the only busy one while they run), from /proc."""
+    return sum(postgres_cpu().values())
 
 
 def admit(client: httpx.Client, operator: dict[str, str], seat: str) -> dict[str, str]:

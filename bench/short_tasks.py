@@ -1,8 +1,10 @@
 """Short tasks end to end: two real `fenceline worker --concurrency 32` processes running `true`
 against `fenceline serve --workers 2` on a throw-away PostgreSQL database.
 
-Prints tasks per second (from the workers' start until every task succeeded) and the server's
-and PostgreSQL's CPU per task over that window (claim, running, the log line, success), with
+Prints tasks per second (from the workers' start until every task succeeded), the server's and
+PostgreSQL's CPU per task over that window (claim, running, the log line, success; PostgreSQL's
+of the backends connected to the bench's database only, as other sessions may share the
+server), the workers' CPU per task, and the requests per task by kind, with
 the workers batching (`--batch-tick 0.05`, the default) and without (`--batch-tick 0`).
 
     python bench/short_tasks.py [--tasks 3000] [--concurrency 32] [--ticks 0.05,0]
@@ -14,18 +16,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ADMIN_PASSWORD, Server, postgres_cpu_seconds, table  # noqa: E402
+from bench.common import ADMIN_PASSWORD, PostgresCpu, Server, table  # noqa: E402
 from bench.roundtrips import create_runs  # noqa: E402
 
 HEADERS = ["worker --batch-tick", "tasks", "tasks/s", "server CPU ms / task", "PostgreSQL CPU ms / task",
-           "server + PostgreSQL ms / task", "workers' CPU ms / task"]
+           "server + PostgreSQL ms / task", "workers' CPU ms / task", "tasks / claim", "entries / batch",
+           "other requests / task"]
 
 
 def children_cpu() -> float:
@@ -51,7 +58,8 @@ def measure(tasks: int, concurrency: int, tick: str) -> list[object]:
         client.patch("/v1/pools/default_pool", headers=operator, json={"slots": 4 * concurrency}).raise_for_status()
         create_runs(client, operator, tasks)
         env = {**os.environ, "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD}
-        before = server.cpu_seconds(), postgres_cpu_seconds(), children_cpu()
+        database = urlsplit(server.database_url).path.lstrip("/")
+        before = server.cpu_seconds(), PostgresCpu(database).start(), children_cpu(), requests(client, operator)
         started = time.perf_counter()
         workers = [subprocess.Popen(
             [sys.executable, "-m", "app.cli", "worker", "--server", server.url, "--seat", f"short-{n}",
@@ -61,15 +69,34 @@ def measure(tasks: int, concurrency: int, tick: str) -> list[object]:
             while succeeded(server.database_url) < tasks:
                 time.sleep(1.0)
             elapsed = time.perf_counter() - started
-            server_cpu, pg_cpu = server.cpu_seconds() - before[0], postgres_cpu_seconds() - before[1]
+            server_cpu, pg_cpu = server.cpu_seconds() - before[0], before[1].stop()
         finally:
             for worker in workers:
                 worker.terminate()
             for worker in workers:
                 worker.wait(timeout=60)
         workers_cpu = children_cpu() - before[2]
+        made = requests(client, operator) - before[3]
     return [tick, tasks, tasks / elapsed, 1000 * server_cpu / tasks, 1000 * pg_cpu / tasks,
-            1000 * (server_cpu + pg_cpu) / tasks, 1000 * workers_cpu / tasks]
+            1000 * (server_cpu + pg_cpu) / tasks, 1000 * workers_cpu / tasks,
+            tasks / made[CLAIM] if made[CLAIM] else "-", made[ENTRIES] / made[BATCH] if made[BATCH] else "-",
+            (sum(made.values()) - made[CLAIM] - made[BATCH] - made[ENTRIES]) / tasks]
+
+
+CLAIM, BATCH, ENTRIES = "/v1/dispatch/claim", "/v1/attempts/batch", "entries"
+
+
+def requests(client: httpx.Client, operator: dict[str, str]) -> Counter[str]:
+    """Requests the server answered so far, by route (its /metrics), the workers' and this one's,
+    and the entries of its batches (ENTRIES)."""
+    made: Counter[str] = Counter()
+    for family in text_string_to_metric_families(client.get("/metrics", headers=operator).text):
+        for sample in family.samples:
+            if sample.name == "fenceline_http_requests_total":
+                made[sample.labels["route"]] += sample.value
+            elif sample.name == "fenceline_batch_entries_total":
+                made[ENTRIES] += sample.value
+    return made
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from app.telemetry.traceparent import run_traceparent, traceparent, w3c_trace_id
-from tests.support.api import Operator, Worker, task
+from tests.support.api import Operator, Worker, json_of, task
 
 EXPORTER = InMemorySpanExporter()
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -94,6 +94,30 @@ class TestRunTree:
         assert run_root.parent.span_id == root.context.span_id and claim.parent.span_id == run_root.context.span_id
         reports = server_spans(spans, "/v1/attempts/report")
         assert len(reports) == 2 and {r.parent.span_id for r in reports} == {run_root.context.span_id}
+
+    def test_a_batched_report_hangs_off_the_traceparent_of_its_entry(self, operator, spans):
+        """A batch is one request for many runs: each entry carries its run's traceparent (what
+        the single request's header carries), and its span is a child of it."""
+        runs = [operator.create_run(run_id=f"r{n}") for n in range(2)]
+        worker = Worker(operator)
+        attempts = sorted(worker.claim(2), key=lambda a: a.item["correlation"]["run_id"])
+        entries = [{"attempt_token": a.token, "op": "report", "state": state,
+                    "traceparent": run_traceparent(a.item["correlation"])}
+                   for state in ("running", "success") for a in attempts]
+        entries.append({"attempt_token": attempts[0].token, "op": "heartbeat"})  # no traceparent: no span
+        results = json_of(worker.client.post("/v1/attempts/batch", json={"entries": entries},
+                                             headers=worker.headers))["results"]
+        assert [r["status"] for r in results] == [200, 200, 200, 200, 409]
+        (request,) = server_spans(spans, "/v1/attempts/batch")
+        batched = [s for s in spans.get_finished_spans() if s.name.startswith("fenceline.batch.")]
+        assert [s.name for s in batched] == ["fenceline.batch.report"] * 4
+        for run in runs:
+            in_run = [s for s in spans.get_finished_spans() if trace_of(s) == run["trace_id"]]
+            (run_root,) = [s for s in in_run if s.name == "fenceline.run"]
+            reports = [s for s in in_run if s.name == "fenceline.batch.report"]
+            assert len(reports) == 2 and {r.parent.span_id for r in reports} == {run_root.context.span_id}
+            assert all([link.context.span_id for link in r.links] == [request.context.span_id] for r in reports)
+            assert {r.attributes["fenceline.batch.status"] for r in reports} == {200}
 
     def test_a_run_with_a_trace_of_its_own_is_the_root_of_it(self, operator, spans):
         body = {"dag_id": "dag", "run_id": "run", "tasks": [task("t")], "trace_id": "order-1234"}

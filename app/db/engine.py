@@ -12,7 +12,6 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, literal_column, select
 from sqlalchemy.exc import DBAPIError
-from sqlmodel import Session
 
 from app.db.dialect import AUTOCOMMIT, READ_ONLY, dialect_of
 
@@ -101,13 +100,6 @@ def single_statements(engine: Engine) -> Engine:
     database instead of three (BEGIN, the statement, COMMIT). One statement is atomic on its own;
     only a request that writes once may use it."""
     return engine.execution_options(isolation_level=AUTOCOMMIT)
-
-
-def one_statement(session: Session) -> None:
-    """The rest of `session`'s transaction, begun here, is one statement that commits on its own
-    (single_statements, for one request of an endpoint that otherwise takes a transaction). Call
-    it before the session's first statement."""
-    session.connection(execution_options={"isolation_level": AUTOCOMMIT})
 
 
 def database_answers(engine: Engine) -> bool:

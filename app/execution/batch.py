@@ -5,7 +5,8 @@ Every entry is checked on its own, in the order its single request checks it: it
 403 for another scope or for an attempt of another execution than the bearer's), then its
 fields (422), then the fence (2.5). Entries are applied in order, each whole or not at all: a
 report or a log append runs in a savepoint of its own, so a refusal rolls back that entry and
-nothing else. What entries can share, they share: a run of consecutive heartbeats is one
+nothing else (a report that is one statement, refused before it writes, needs none:
+fence.writes_once). What entries can share, they share: a run of consecutive heartbeats is one
 guarded statement (fence.heartbeats), and the runs of every outcome in the batch are locked
 first, in one order (run id), so two batches, or a batch and a reaper sweep, never deadlock.
 A batch sent again changes nothing twice: each entry answers as its single request does when
@@ -14,6 +15,7 @@ repeated. Log appends belong to the logs domain, above this one: the app hands t
 
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,9 @@ from app.execution.schemas import MAX_BATCH_ENTRIES, Report
 from app.orchestration.cas import RUNS, TI
 from app.orchestration.outcomes import Backoff
 
+# An entry's members beside its single request's body: its bearer, its route, and the W3C
+# traceparent its request's header would carry (app/telemetry/tracing.batch_entries).
+ENVELOPE = ("attempt_token", "op", "traceparent")
 # A log entry's work: (session, token, fields) -> the answer's body, raising what the single
 # append raises (app/logs/service.py BatchAppends).
 LogAppends = Callable[[Session, AttemptClaims, dict[str, Any]], dict[str, Any]]
@@ -111,7 +116,7 @@ def _checked(batch: Batch, index: int, raw: dict[str, Any]) -> Entry:
     if op not in ("heartbeat", "report", "log"):
         raise invalid_input([{"loc": ["body", "op"], "msg": "Input should be 'heartbeat', 'report' or 'log'",
                               "type": "literal_error"}])
-    fields = {k: v for k, v in raw.items() if k not in ("attempt_token", "op")}
+    fields = {k: v for k, v in raw.items() if k not in ENVELOPE}
     if op == "heartbeat" and fields:
         raise invalid_input([{"loc": ["body", name], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
                              for name in fields])
@@ -143,13 +148,16 @@ def _lock_runs(session: Session, ti_ids: set[uuid.UUID]) -> None:
 
 
 def _applied(session: Session, batch: Batch, entry: Entry) -> Result:
-    """A report or a log append, whole or not at all (its own savepoint)."""
+    """A report or a log append, whole or not at all: in a savepoint of its own, but a report
+    that writes in one statement, refused before it writes (fence.writes_once)."""
     try:
-        with session.begin_nested():
-            if entry.op == "log":
+        if entry.op == "log":
+            with session.begin_nested():
                 return Result(200, batch.log_appends(session, entry.token, entry.fields))
-            body = Report.model_validate(entry.fields)
-            ti = fence.report(session=session, key=entry.token.key, body=body, backoff=batch.backoff)
+        body = Report.model_validate(entry.fields)
+        with nullcontext() if fence.writes_once(session, body) else session.begin_nested():
+            ti = fence.report(session=session, key=entry.token.key, body=body, backoff=batch.backoff,
+                              run_locked=True)
             return accepted(ti)
     except ValidationError as exc:
         return Result.refused(invalid_input([{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}

@@ -17,7 +17,6 @@ from sqlmodel import Session
 from app.auth.attempt_key import AttemptKey
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
 from app.db.dialect import Dialect, dialect_of
-from app.db.engine import one_statement
 from app.db.statements import one_of
 from app.db.types import utcnow
 from app.errors import AppError, unauthorized
@@ -166,16 +165,17 @@ def heartbeats(*, session: Session, tokens: list[AttemptClaims], now: datetime |
 
 
 def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
-           now: datetime | None = None) -> TaskInstance | Row:
+           now: datetime | None = None, run_locked: bool = False) -> TaskInstance | Row:
     """Apply a report on attempt `key` under the settle rule. Repeating a report that was
-    already applied to this very attempt (a journaled outcome re-delivered) answers as before."""
+    already applied to this very attempt (a journaled outcome re-delivered) answers as before.
+    `run_locked`: the caller holds the lock of the run (a batch locks its outcomes' runs first)."""
     now = now or utcnow()
     if body.state == "running":
         return _start(session, key, now)
     outcome = Outcome(body.state, body.reason, body.reschedule_at)
     # The lock order of every settling path: the run's row, then the task instance's, then
     # the attempt record. The run is locked through the task instance's id, before it is read.
-    if not lock_run_of(session, key.ti_id):
+    if not run_locked and not lock_run_of(session, key.ti_id):
         raise stale_report(key, None)
     closed = False
     if outcome.kind == "success":
@@ -206,14 +206,21 @@ def _closing_success(settled: CTE) -> CTE:
                      reason=bindparam("close_reason", type_=ATTEMPTS.c.reason.type), ended_at=bindparam("now"))
 
 
+def writes_once(session: Session, body: Report) -> bool:
+    """Whether the report is one guarded statement (with the run locked by the caller),
+    refused, if at all, before it writes, and binding no value of the agent's that a column
+    could refuse: `running`, and `success` without a reason, where one statement writes the
+    task instance and its attempt record (PostgreSQL). A batch applies such an entry without a
+    savepoint of its own, which would cost two round trips more than its work."""
+    return (body.state == "running" or (body.state == "success" and body.reason is None)) \
+        and dialect_of(session).writes_in_ctes
+
+
 def _start(session: Session, key: AttemptKey, now: datetime) -> Row:
     """queued -> running (the start rail) in one guarded statement, then the attempt record;
     `running` repeated for an attempt already running answers as before. On PostgreSQL the
-    record moves in the same statement, which, when it is the session's first, commits on its
-    own: one round trip to the database instead of four."""
+    record moves in the same statement."""
     together = dialect_of(session).writes_in_ctes
-    if together and not session.in_transaction():
-        one_statement(session)
     moved = session.execute(START_RECORDED if together else START, {**_attempt(key), "now": now}).first()
     if moved is None:
         ti = _row(session, key.ti_id)

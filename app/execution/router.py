@@ -32,7 +32,7 @@ from app.orchestration import runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.outcomes import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
-from app.telemetry import metrics
+from app.telemetry import metrics, tracing
 from app.web.deps import SessionDep, SingleStatementDep, commit
 from app.web.problems import problems, refusals, schema_ref
 from app.web.routes import Router
@@ -116,8 +116,10 @@ async def attempts_batch(body: BatchRequest, session: SessionDep, request: Reque
         commit(session)
         return results
 
+    started = tracing.now()
     results = await anyio.to_thread.run_sync(applied, limiter=batch_turns())
     metrics.count_batch(body.entries, results)
+    tracing.batch_entries(started, body.entries, [r.status for r in results])
     # Built unvalidated: each result is the answer of a route whose own schema it follows.
     return BatchResults.model_construct(results=[BatchResult.model_construct(status=r.status, body=r.body)
                                                  for r in results])

@@ -174,11 +174,14 @@ class BatchEntry(BaseModel):
     request's bearer would be), `op` and the fields of the single request's body: none for
     `heartbeat`; those of POST /v1/attempts/report for `report` (`state`, `reason`,
     `reschedule_at`); those of POST /v1/attempts/logs for `log` (`offset`, `content`). An entry
-    that breaks these rules is answered 422 on its own; the others go on."""
+    that breaks these rules is answered 422 on its own; the others go on. `traceparent`, optional,
+    is what the single request's W3C header would carry: with tracing on, the entry's span is a
+    child of it (in its run's trace); an invalid one is ignored, as the header is."""
 
     model_config = {"extra": "allow"}
     attempt_token: str
     op: Literal["heartbeat", "report", "log"]
+    traceparent: str | None = None
 
 
 class BatchRequest(Strict):

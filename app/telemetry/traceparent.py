@@ -15,12 +15,18 @@ TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 TRACE_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def trace_id_of(traceparent: str | None) -> str | None:
-    """The trace id a W3C traceparent (version 00) names, if it is a valid one."""
-    match = TRACEPARENT.fullmatch(traceparent or "")
+def parent_of(traceparent: object) -> tuple[str, str] | None:
+    """The (trace id, span id) a W3C traceparent (version 00) names, if it is a valid one."""
+    match = TRACEPARENT.fullmatch(traceparent) if isinstance(traceparent, str) else None
     if match is None or match.group(1) == "0" * 32 or match.group(2) == "0" * 16:
         return None
-    return match.group(1)
+    return match.group(1), match.group(2)
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id a W3C traceparent (version 00) names, if it is a valid one."""
+    parent = parent_of(traceparent)
+    return parent[0] if parent else None
 
 
 def w3c_trace_id(run_trace_id: str) -> str:

@@ -12,7 +12,8 @@ continued. A run's trace is one tree:
   run; a claim of several runs' tasks is in the request's trace, linked to each run's root;
 - the reference worker's attempt span is a child of it, and its calls (named by route) and
   the task's TRACEPARENT are children of the attempt; an agent's reports continue whatever
-  traceparent it sends.
+  traceparent it sends: as a request's header, or as the `traceparent` member of a batch's
+  entry (`fenceline.batch.<op>`, a span of its own for each entry that carries one).
 
 The run root gets its derived ids through the provider's id generator (RunIds wraps it: an
 extension point of the SDK, used by vendors' id formats). Without the extra, none of this is
@@ -27,7 +28,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from app.telemetry.logconfig import incoming_trace_id
-from app.telemetry.traceparent import run_span_id, w3c_trace_id
+from app.telemetry.traceparent import parent_of, run_span_id, w3c_trace_id
 
 log = logging.getLogger("fenceline.tracing")
 _tracer: Any = None  # set once tracing is on in this process
@@ -165,3 +166,27 @@ def claimed(started: int | None, runs: Iterable[tuple[str, str, str]], attribute
     span = _tracer.start_span("fenceline.claim", context=context, links=links, start_time=started,
                               attributes={**attributes, "fenceline.claim.runs": len(roots)})
     span.end()
+
+
+def batch_entries(started: int | None, entries: list[dict[str, Any]], statuses: list[int]) -> None:
+    """A span for each batch entry that carries a `traceparent` (its attempt's, as its single
+    request's header would): `fenceline.batch.<op>`, a child of that parent, so a batched report
+    is in its run's trace as a single one is; linked to the batch request's span, and spanning
+    the batch's time in the server (its entries are applied together). Entries without one, or with an
+    invalid one (ignored, as the header is), make no span."""
+    if _tracer is None or started is None:
+        return
+    from opentelemetry import trace
+    from opentelemetry.trace import Link
+
+    request = trace.get_current_span().get_span_context()
+    links = [Link(request)] if request.is_valid else []
+    ended = time.time_ns()
+    for entry, status in zip(entries, statuses, strict=True):
+        if (parent := parent_of(entry.get("traceparent"))) is None:
+            continue
+        op = entry.get("op")
+        span = _tracer.start_span(f"fenceline.batch.{op}", context=trace.set_span_in_context(remote_parent(*parent)),
+                                  links=links, start_time=started,
+                                  attributes={"fenceline.batch.op": str(op), "fenceline.batch.status": status})
+        span.end(end_time=ended)

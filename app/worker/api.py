@@ -125,8 +125,12 @@ class Api:
     def _agent_write(self, attempt_token: str, op: str, fields: dict[str, Any], single: Callable[[], Any],
                      urgent: bool = False) -> Any:
         """An attempt's write, in the next batch where it can go in one, else as `single()`;
-        answered (or refused) exactly alike."""
-        answered = self.batcher.send({"attempt_token": attempt_token, "op": op, **fields}, urgent=urgent)
+        answered (or refused) exactly alike. The entry carries its run's traceparent, as the
+        single request's header does (the server's span of it is then in the run's trace)."""
+        entry = {"attempt_token": attempt_token, "op": op, **fields}
+        if (trace := tracing.current.get()) is not None:
+            entry["traceparent"] = trace
+        answered = self.batcher.send(entry, urgent=urgent)
         if answered is None:
             return single()
         status, body = answered
@@ -175,11 +179,11 @@ class Api:
 
     def report(self, attempt_token: str, state: str, reason: str | None = None,
                reschedule_at: str | None = None) -> dict[str, Any]:
-        """Sent at once and on its own, never in a batch: a task waits on it to start or to end,
-        and it carries its run's traceparent (a batch has one for all its entries)."""
+        """In the next batch, sent at once (urgent): a task waits on it to start or to end."""
         body = {"state": state, **({"reason": reason} if reason else {}),
                 **({"reschedule_at": reschedule_at} if reschedule_at else {})}
-        return self.call("POST", "/v1/attempts/report", token=attempt_token, json=body)[1]
+        return self._agent_write(attempt_token, "report", body, urgent=True, single=lambda: self.call(
+            "POST", "/v1/attempts/report", token=attempt_token, json=body)[1])
 
     def heartbeat(self, attempt_token: str) -> None:
         self._agent_write(attempt_token, "heartbeat", {},

@@ -2,12 +2,14 @@
 
 Each task thread still makes its own calls, and waits for their answers, exactly as with single
 requests: the batcher only carries them. A call is queued, and one sender thread posts what is
-queued once per tick (`--batch-tick`, 50 ms by default), or at once when an urgent call is
-among it (a finished task's log tail, shipped before its outcome), so nothing a task waits on to
-stop waits for the tick. Reports are not batched (app/worker/api.py): each is sent at once
-with its run's traceparent, which a batch, one request for many runs, cannot carry. Every entry's
-answer is the single request's, so a task meets the same
-refusals as before: should_terminate (Stale) kills it at once, a fault is retried as before.
+queued once per tick (`--batch-tick`, 50 ms by default), or almost at once when an urgent call
+is among it (a report, `running` or an outcome, and a finished task's log tail, shipped before
+its outcome): URGENT_WINDOW later, so that the tasks of one claim, starting or ending together,
+share a request, and nothing a task waits on to start or to stop waits for the tick. While a
+batch is in flight the next one gathers. Each entry carries its run's traceparent, as its single
+request's header did (app/worker/api.py). Every entry's answer is the single request's, so a
+task meets the same refusals as before: should_terminate (Stale) kills it at once, a fault is
+retried as before.
 
 Single requests remain the path for everything a batch cannot carry: before admission (journaled
 outcomes re-delivered at start-up), an attempt token of another execution, a server without the
@@ -16,6 +18,7 @@ sent one by one, each answered by its own attempt token).
 """
 
 import base64
+import functools
 import json
 import threading
 import time
@@ -25,6 +28,8 @@ from typing import Any
 
 MAX_ENTRIES = 500  # the server's limit
 MAX_BATCH_BYTES = 1024 * 1024  # log content per batch, well under the route's body limit
+# How long an urgent call waits for others: a few milliseconds against a round trip's tens.
+URGENT_WINDOW = 0.005
 
 
 @dataclass
@@ -32,11 +37,13 @@ class Pending:
     entry: dict[str, Any]
     urgent: bool
     size: int
+    queued: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     answer: tuple[int, Any] | None = None  # (status, body); None: send it as a single request
     error: Exception | None = None
 
 
+@functools.lru_cache(maxsize=1024)  # read for each of a task's writes: its token, a few times
 def token_execution(token: str) -> str | None:
     """The execution an attempt token names, read without verifying (only the server verifies)."""
     try:
@@ -95,14 +102,16 @@ class Batcher:
 
     def _take(self) -> list[Pending] | None:
         """The next batch: what is queued once a tick has passed since the first of it was
-        queued, or at once when a report is among it; None once closed."""
+        queued, or URGENT_WINDOW after an urgent call was; None once closed."""
         with self._cond:
             while not self._queue and not self._closed:
                 self._cond.wait()
             if self._closed and not self._queue:
                 return None
             flush_at = time.monotonic() + self.tick
-            while not self._closed and not any(p.urgent for p in self._queue) and len(self._queue) < MAX_ENTRIES:
+            while not self._closed and len(self._queue) < MAX_ENTRIES:
+                if any(p.urgent for p in self._queue):
+                    flush_at = min(flush_at, min(p.queued for p in self._queue if p.urgent) + URGENT_WINDOW)
                 left = flush_at - time.monotonic()
                 if left <= 0:
                     break

@@ -138,7 +138,8 @@ SETTINGS = [
             "wait (docs/worker.md): the server answers as soon as work is ready"),
     Setting("--batch-tick", "FENCELINE_WORKER_BATCH_TICK", "0.05", as_tick,
             "seconds the running tasks' heartbeats and log chunks wait to go to the server together in one batch "
-            "(reports go at once); 0 sends each on its own"),
+            "(reports and log tails wait 5 ms), and slots freed one by one two ticks to be claimed together; 0 sends "
+            "each write on its own"),
     Setting("--grace-period", "FENCELINE_WORKER_GRACE_PERIOD", "30", as_seconds,
             "on SIGTERM, seconds running tasks get to finish"),
     Setting("--log-format", "FENCELINE_LOG_FORMAT", "plain", one_of(LOG_FORMATS),

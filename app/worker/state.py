@@ -1,7 +1,7 @@
 """The worker's state directory: which execution it is, its attempts, its outcome journal.
 
-Layout (every file 0600, every JSON write atomic and fsynced, so a crash leaves the old or the
-new version, never half of one):
+Layout (every file 0600, every JSON write atomic, so a crash leaves the old or the new version,
+never half of one; all but the attempt records are fsynced):
 
     lock                      held while a worker runs: one worker per state directory
     liveness                  touched on every turn of the claim loop (app/worker/liveness.py)
@@ -23,16 +23,18 @@ class StateDirBusy(Exception):
     """Another worker holds this state directory."""
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace `path` atomically and durably."""
+def write_json(path: Path, data: dict[str, Any], durable: bool = True) -> None:
+    """Replace `path` atomically, and durably (on disk before it returns) unless told not to."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
-    _sync_dir(path.parent)
+    if durable:
+        _sync_dir(path.parent)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -107,10 +109,15 @@ class StateDir:
         return self.root / "logs" / f"{key}.log"
 
     def save_attempt(self, key: str, record: dict[str, Any]) -> None:
-        write_json(self.root / "attempts" / f"{key}.json", record)
+        """Atomic, not synced: the record names what to kill or hand back after the worker's
+        process dies (the page cache survives that), and a crash of the machine leaves no task
+        running. The journal, which must survive both, is synced."""
+        write_json(self.root / "attempts" / f"{key}.json", record, durable=False)
 
     def attempts(self) -> dict[str, dict[str, Any]]:
-        return self._records("attempts")
+        """Records that a crash of the machine left empty (not synced) are skipped: no task of
+        theirs survived it."""
+        return self._records("attempts", unsynced=True)
 
     def forget_attempt(self, key: str) -> None:
         """Drop every trace of a finished attempt: its record, journal entry and spool."""
@@ -126,9 +133,15 @@ class StateDir:
     def journaled(self) -> dict[str, dict[str, Any]]:
         return self._records("journal")
 
-    def _records(self, sub: str) -> dict[str, dict[str, Any]]:
+    def _records(self, sub: str, unsynced: bool = False) -> dict[str, dict[str, Any]]:
         found = {}
         for path in sorted((self.root / sub).glob("*.json")):
-            if (record := read_json(path)) is not None:
+            try:
+                record = read_json(path)
+            except ValueError:
+                if not unsynced:
+                    raise
+                record = None
+            if record is not None:
                 found[path.stem] = record
         return found

@@ -15,7 +15,7 @@ from app.worker.api import Backoff, GaveUp, Refused, ServerUnreachable, Stale, r
 from app.worker.context import Context
 from app.worker.deliver import deliver
 from app.worker.logship import LogShipper, append_line
-from app.worker.process import Outcome, classify, command_of, exited, signal_group, spawn, task_env
+from app.worker.process import ExitWatch, Outcome, classify, command_of, exited, signal_group, spawn, task_env
 from app.worker.state import attempt_key, describe
 
 TICK = 0.2  # how often a running task is looked at: log shipping latency, stop latency
@@ -138,13 +138,20 @@ class TaskRunner:
     def _supervise(self, proc: subprocess.Popen) -> str | None:
         """Watch the command until it ends; answers why the worker stopped it, if it did.
         Raises Lost (after a SIGKILL of the group) when the server says should_terminate."""
+        watch = ExitWatch(proc.pid)
+        try:
+            return self._watch(proc, watch)
+        finally:
+            watch.close()
+
+    def _watch(self, proc: subprocess.Popen, watch: ExitWatch) -> str | None:
         timeout = self.payload.get("timeout_seconds")
         started = time.monotonic()
         self.next_beat, stopped_for, signalled_at = started + self.ctx.settings.heartbeat_interval, None, None
         while True:
             if exited(proc):
                 return stopped_for
-            time.sleep(TICK)
+            watch.wait(TICK)  # woken when it ends: a short task is not held for the tick
             now = time.monotonic()
             try:
                 self._tend(now)

@@ -133,6 +133,16 @@ class TestBatch:
                                                          headers={"Authorization": "Bearer not-a-jwt"}), 401)
         assert [operator.ti(x.ti_id)["state"] for x in (a, b)] == ["running", "success"]
 
+    def test_a_traceparent_is_no_field_of_the_body(self, operator):
+        """An entry's traceparent is its single request's header: any entry may carry it, a
+        heartbeat too, and an invalid one is ignored, as the header is."""
+        worker, (a, b) = running(operator, 2)
+        header = f"00-{'ab' * 16}-{'cd' * 8}-01"
+        results = batch(worker, {**beat(a), "traceparent": header}, {**beat(b), "traceparent": "nonsense"},
+                        {**said(a, "success"), "traceparent": header}, {**logged(b, 0, "x\n"), "traceparent": 7})
+        assert [r["status"] for r in results] == [200] * 4
+        assert [operator.ti(x.ti_id)["state"] for x in (a, b)] == ["success", "running"]
+
     def test_a_body_that_is_no_list_of_entries_is_refused_whole(self, client, operator):
         worker, (a,) = running(operator, 1)
         for body in ({"entries": said(a, "success")}, {"entries": [said(a, "success"), 3]}, [said(a, "success")]):

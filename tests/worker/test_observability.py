@@ -3,8 +3,6 @@
 
 import json
 
-from opentelemetry import trace
-
 from app.telemetry.traceparent import w3c_trace_id
 from tests.support.agents import python_task
 from tests.support.api import Operator
@@ -34,8 +32,8 @@ class TestTrace:
             ti = operator.find_ti("w3c", run_id=run_id)
             (line,) = [line for line in operator.log(ti["ti_id"]).splitlines() if line.startswith("traceparent")]
             assert line.split()[1].startswith(f"00-{expected}-") and line.endswith("-01")
-            reports = [s for s in EXPORTER.get_finished_spans() if s.kind == trace.SpanKind.SERVER
-                       and s.attributes.get("http.route") == "/v1/attempts/report"
+            # Reports go in batches, each entry with its run's traceparent (app/telemetry/tracing.batch_entries).
+            reports = [s for s in EXPORTER.get_finished_spans() if s.name == "fenceline.batch.report"
                        and format(s.context.trace_id, "032x") == expected]
             assert len(reports) >= 4  # running and success, of two tasks
             # without tracing in the worker, its calls and its task name the run's root as their parent
@@ -60,8 +58,11 @@ class TestTrace:
         in_run = [s for s in worker_spans if s.trace_id.hex() == run["trace_id"]]
         (attempt,) = [s for s in in_run if s.name == "fenceline.worker.attempt"]
         assert int.from_bytes(attempt.parent_span_id, "big") == root.context.span_id
-        calls = [s for s in in_run if s.parent_span_id == attempt.span_id]
-        assert {"POST /v1/attempts/report"} <= {s.name for s in calls}
+        # Its reports went in batches: the server's span of each entry is a child of the attempt.
+        reports = [s for s in EXPORTER.get_finished_spans() if s.name == "fenceline.batch.report"
+                   and format(s.context.trace_id, "032x") == run["trace_id"]]
+        assert len(reports) == 2 and {r.parent.span_id for r in reports} == {int.from_bytes(attempt.span_id, "big")}
+        assert "POST /v1/attempts/batch" in {s.name for s in worker_spans}
         assert all(s.name != "POST" for s in worker_spans)  # every call is named by its route
         ti = operator.find_ti("t")
         (line,) = [line for line in operator.log(ti["ti_id"]).splitlines() if line.startswith("traceparent")]
