@@ -140,6 +140,16 @@ class TestBatch:
                                                          headers={"Authorization": "Bearer not-a-jwt"}), 401)
         assert [operator.ti(x.ti_id)["state"] for x in (a, b)] == ["running", "success"]
 
+    def test_text_with_a_nul_is_answered_as_its_single_request_alone(self, operator):
+        """A log's content may carry NUL (the single append stores it), a report's reason may
+        not (its single request's 422): either way the other entries apply."""
+        worker, (a, b, c) = running(operator, 3)
+        results = batch(worker, logged(a, 0, "x\x00y"), said(b, "failed", reason="exit\x00"), beat(c))
+        assert results[0] == {"status": 200, "body": {"size": 3}}
+        assert results[1] == answer(b.send("failed", reason="exit\x00"))
+        assert results[1]["status"] == 422 and results[2]["status"] == 200
+        assert operator.ti(b.ti_id)["state"] == "running"
+
     def test_a_body_that_is_no_list_of_entries_is_refused_whole(self, client, operator):
         worker, (a,) = running(operator, 1)
         for body in ({"entries": said(a, "success")}, {"entries": [said(a, "success"), 3]}, [said(a, "success")]):
