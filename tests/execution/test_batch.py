@@ -103,6 +103,14 @@ class TestBatch:
         assert [r["status"] for r in live] == [200, 200]
         assert operator.ti(new.ti_id)["state"] == "success"
 
+    def test_heartbeats_stamp_their_own_rows_only(self, operator):
+        worker, attempts = running(operator, 4)
+        before = {a.ti_id: operator.ti(a.ti_id)["last_heartbeat_at"] for a in attempts}
+        time.sleep(0.01)
+        assert [r["status"] for r in batch(worker, beat(attempts[1]), beat(attempts[3]))] == [200, 200]
+        after = {a.ti_id: operator.ti(a.ti_id)["last_heartbeat_at"] for a in attempts}
+        assert [after[a.ti_id] != before[a.ti_id] for a in attempts] == [False, True, False, True]
+
     def test_an_entry_of_another_execution_is_403_and_the_others_apply(self, operator):
         worker, (a, b) = running(operator, 2)
         stranger = Worker(operator, "worker-2")
