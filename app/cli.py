@@ -76,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     metrics_dir = multiprocess.prepare_multiprocess(workers)
     from uvicorn.supervisors import Multiprocess
 
-    from app.main import create_app
+    from app.main import served_app
     from app.web.serving import server_config
 
     say(f"data in {_redacted(url)}; {workers} server process{'es' if workers > 1 else ''}")
@@ -91,11 +91,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "log_config": logconfig.dict_config(settings.log_format, args.log_level)}
     try:
         if workers == 1:
-            uvicorn.Server(server_config(create_app(settings), settings, **common)).run(sockets=[sock])
+            uvicorn.Server(server_config(served_app(settings), settings, **common)).run(sockets=[sock])
         else:
             # uvicorn's supervisor: N processes accept on the one bound socket, each building its
             # app from the same environment; one of them wins the sweep (app/execution/reapers.py).
-            config = server_config("app.main:create_app", settings, factory=True, workers=workers, **common)
+            config = server_config("app.main:served_app", settings, factory=True, workers=workers, **common)
             Multiprocess(config, sockets=[sock]).run()
     finally:
         sock.close()

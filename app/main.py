@@ -1,5 +1,6 @@
 """The application factory: routers, error handlers and the lifespan."""
 
+import gc
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -54,6 +55,18 @@ def next_due(engine: Engine) -> float | None:
     with Session(engine) as session:
         at = next_eligible_at(session=session, now=utcnow())
     return at.timestamp() if at is not None else None
+
+
+def served_app(settings: Settings | None = None) -> FastAPI:
+    """The application of one `fenceline serve` process, with what it was built of (modules,
+    routes, schemas: some 200,000 objects, alive as long as the process) set aside from the
+    garbage collector: each full collection walked them all, stalling every request for 100-300
+    ms several times a minute under a fleet's batches (bench/batches.py, their p99). Not in
+    create_app: a process building many apps (the tests) would keep every one of them."""
+    app = create_app(settings)
+    gc.collect()
+    gc.freeze()
+    return app
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -36,8 +36,9 @@ class Connection:
 
     async def request(self, method: str, path: str, body: Any = None,
                       headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        """Send one request (a JSON body when `body` is not None); answers (status, body)."""
-        payload = b"" if body is None else json.dumps(body).encode()
+        """Send one request (a JSON body when `body` is not None, bytes being JSON already
+        encoded); answers (status, body)."""
+        payload = b"" if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.host}", f"Content-Length: {len(payload)}"]
         if body is not None:
             head.append("Content-Type: application/json")

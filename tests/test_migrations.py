@@ -160,3 +160,20 @@ def test_the_claims_partial_indexes_and_a_tries_history_survive_down_and_up(back
                     assert conn.execute(text("SELECT count(*) FROM task_instance_history")).scalar_one() == 1
         finally:
             engine.dispose()
+
+
+@pytest.mark.postgres_only("fillfactor is a PostgreSQL storage parameter")
+def test_task_instances_leave_room_for_heartbeats_and_give_it_back_going_down(db_url, tmp_path):
+    """0011: heartbeats stay HOT updates (the page has room for the row's new version)."""
+    with throwaway_database("postgresql", tmp_path) as url:
+        engine = make_engine(url)
+        options = text("SELECT reloptions FROM pg_class WHERE relname = 'task_instances'")
+        try:
+            upgrade(url)
+            with engine.connect() as conn:
+                assert conn.execute(options).scalar_one() == ["fillfactor=70"]
+            downgrade(url, "0010")
+            with engine.connect() as conn:
+                assert conn.execute(options).scalar_one() is None
+        finally:
+            engine.dispose()

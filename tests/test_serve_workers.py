@@ -1,15 +1,18 @@
 """`fenceline serve --workers N`: N processes on one port over PostgreSQL, one reaper among them,
 and the refusals (SQLite, a connection budget PostgreSQL cannot hold)."""
 
+import gc
 import time
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from app.main import served_app
 from tests.support.api import bearer, task
 from tests.support.databases import BACKENDS, throwaway_database
 from tests.support.servers import Served, clean_env
+from tests.support.settings import app_settings
 
 needs_postgres = pytest.mark.skipif("postgresql" not in BACKENDS, reason="PostgreSQL is not among the test backends")
 PASSWORD = "workers-test-password"
@@ -112,3 +115,15 @@ def test_each_of_several_replicas_keeps_to_its_share_of_the_budget(tmp_path):
         finally:
             alone.stop()
     assert f"divided among FENCELINE_SERVER_REPLICAS=3 servers ({share})" in output
+
+
+def test_a_served_app_sets_what_it_was_built_of_aside_from_the_collector(tmp_path):
+    """Each serving process freezes the objects its app was built of (app/main.py served_app):
+    full collections no longer walk them."""
+    assert gc.get_freeze_count() == 0
+    try:
+        app = served_app(app_settings(f"sqlite:///{tmp_path / 'fenceline.db'}"))
+        assert gc.get_freeze_count() > 100_000
+        assert "/v1/attempts/batch" in app.openapi()["paths"]
+    finally:
+        gc.unfreeze()

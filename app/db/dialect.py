@@ -12,7 +12,21 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import URL, Connection, Engine, String, Uuid, bindparam, func, make_url, select, text, type_coerce
+from sqlalchemy import (
+    URL,
+    Connection,
+    Engine,
+    String,
+    Uuid,
+    any_,
+    bindparam,
+    func,
+    make_url,
+    select,
+    text,
+    true,
+    type_coerce,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
@@ -75,6 +89,17 @@ class Dialect:
                             .label(column) for n, (column, kind) in enumerate(columns))).subquery(name)
         return select(*(func.unnest(bindparam(f"{name}_{column}", type_=postgresql.ARRAY(kind))).label(column)
                         for column, kind in columns)).subquery(name)
+
+    def among_rows(self, column: Any, name: str, columns: tuple[tuple[str, Any], ...]) -> Any:
+        """`column` is one of the first column's values of rows_table(name, columns), as an
+        index condition: a statement joined on the rows then reads only their rows, however many
+        others its other conditions match. PostgreSQL's planner otherwise hashed every such row
+        for each statement (every attempt in flight, for a batch's heartbeats); SQLite already
+        looks the rows up one by one."""
+        if self.one_writer:
+            return true()
+        first, kind = columns[0]
+        return column == any_(bindparam(f"{name}_{first}", type_=postgresql.ARRAY(kind)))
 
     def rows_values(self, name: str, columns: tuple[tuple[str, Any], ...],
                     rows: list[tuple[Any, ...]]) -> dict[str, Any]:

@@ -146,7 +146,8 @@ ROWS = select(*FENCE_COLUMNS).where(TI.c.id.in_(bindparam("ids", expanding=True)
 @cache
 def _beats(dialect: Dialect) -> Update:
     tokens = dialect.rows_table("tokens", TOKEN_ROWS)
-    return (update(TI).where(TI.c.id == tokens.c.ti, TI.c.try_number == tokens.c.try_number,
+    return (update(TI).where(dialect.among_rows(TI.c.id, "tokens", TOKEN_ROWS),
+                             TI.c.id == tokens.c.ti, TI.c.try_number == tokens.c.try_number,
                              or_(tokens.c.epoch.is_(None), TI.c.attempt_epoch == tokens.c.epoch),
                              one_of(TI.c.state, s.IN_FLIGHT))
             .values(last_heartbeat_at=bindparam("now")).returning(*FENCE_COLUMNS))

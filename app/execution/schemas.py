@@ -184,11 +184,14 @@ class BatchEntry(BaseModel):
     traceparent: str | None = None
 
 
-class BatchRequest(Strict):
+class BatchRequest(BaseModel):
     """Up to 500 entries, answered in order (more: 413, the whole batch refused)."""
 
     # Each entry is read on its own (app/execution/batch.py): one malformed entry is that
-    # entry's 422, not the batch's. BatchEntry documents what an entry holds.
+    # entry's 422, not the batch's. BatchEntry documents what an entry holds. Not Strict: an
+    # entry's text is held to its own request's rules (a log's content may carry NUL), so a NUL
+    # in one entry is that entry's answer, never the whole batch's 422.
+    model_config = {"extra": "forbid"}
     entries: list[dict[str, Any]] = Field(json_schema_extra={"items": {"$ref": "#/components/schemas/BatchEntry"}})
 
 

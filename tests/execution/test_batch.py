@@ -1,12 +1,19 @@
 """Batches (contract 2.11): every entry fenced, validated and answered exactly as its single
 request, in order, each whole or not at all; a re-sent batch changes nothing twice."""
 
+import time
+import uuid
 from typing import Any
 
 import httpx
+import jwt
 
-from tests.support.api import Attempt, Operator, Worker, assert_problem, json_of, task
+from app.auth.tokens import KeyRing, Verified, decode, mint, mint_worker
+from tests.support.api import Attempt, Operator, Worker, assert_problem, bearer, json_of, task
 from tests.support.concurrency import race
+from tests.support.settings import JWT_SECRET
+
+KEYS = KeyRing("k1", {"k1": JWT_SECRET})  # the test app's key ring
 
 
 def beat(attempt: Attempt) -> dict[str, Any]:
@@ -96,6 +103,14 @@ class TestBatch:
         assert [r["status"] for r in live] == [200, 200]
         assert operator.ti(new.ti_id)["state"] == "success"
 
+    def test_heartbeats_stamp_their_own_rows_only(self, operator):
+        worker, attempts = running(operator, 4)
+        before = {a.ti_id: operator.ti(a.ti_id)["last_heartbeat_at"] for a in attempts}
+        time.sleep(0.01)
+        assert [r["status"] for r in batch(worker, beat(attempts[1]), beat(attempts[3]))] == [200, 200]
+        after = {a.ti_id: operator.ti(a.ti_id)["last_heartbeat_at"] for a in attempts}
+        assert [after[a.ti_id] != before[a.ti_id] for a in attempts] == [False, True, False, True]
+
     def test_an_entry_of_another_execution_is_403_and_the_others_apply(self, operator):
         worker, (a, b) = running(operator, 2)
         stranger = Worker(operator, "worker-2")
@@ -143,6 +158,16 @@ class TestBatch:
         assert [r["status"] for r in results] == [200] * 4
         assert [operator.ti(x.ti_id)["state"] for x in (a, b)] == ["success", "running"]
 
+    def test_text_with_a_nul_is_answered_as_its_single_request_alone(self, operator):
+        """A log's content may carry NUL (the single append stores it), a report's reason may
+        not (its single request's 422): either way the other entries apply."""
+        worker, (a, b, c) = running(operator, 3)
+        results = batch(worker, logged(a, 0, "x\x00y"), said(b, "failed", reason="exit\x00"), beat(c))
+        assert results[0] == {"status": 200, "body": {"size": 3}}
+        assert results[1] == answer(b.send("failed", reason="exit\x00"))
+        assert results[1]["status"] == 422 and results[2]["status"] == 200
+        assert operator.ti(b.ti_id)["state"] == "running"
+
     def test_a_body_that_is_no_list_of_entries_is_refused_whole(self, client, operator):
         worker, (a,) = running(operator, 1)
         for body in ({"entries": said(a, "success")}, {"entries": [said(a, "success"), 3]}, [said(a, "success")]):
@@ -161,6 +186,62 @@ class TestBatch:
         refused = send(worker.client, worker, *([beat(attempts[0])] * 500), said(late, "running"))
         assert_problem(refused, 413, "batch-too-large")
         assert operator.ti(late.ti_id)["state"] == "queued"
+
+
+def expiring(attempt: Attempt, seconds: int) -> Attempt:
+    """The attempt with a token of the same claims that is refused as expired in `seconds`
+    (its exp past the verification's leeway by then)."""
+    claims = jwt.decode(attempt.token, options={"verify_signature": False})
+    kept = {k: v for k, v in claims.items() if k not in ("iat", "nbf", "exp", "jti", "iss", "aud")}
+    now = int(time.time())
+    return Attempt(attempt.client, {**attempt.item, "attempt_token": mint(KEYS, kept, ttl_seconds=60,
+                                                                          now=now - 90 + seconds)})
+
+
+class TestBatchTokens:
+    """A token verified once is remembered (app/auth/tokens.py Verified), and a remembered token
+    is refused in a batch exactly as its single request refuses it."""
+
+    def test_a_token_that_expired_since_its_last_batch_is_401_as_alone(self, operator):
+        worker, (a, b) = running(operator, 2)
+        soon = expiring(a, 2)
+        assert [r["status"] for r in batch(worker, beat(soon), beat(b))] == [200, 200]
+        time.sleep(max(0.0, jwt.decode(soon.token, options={"verify_signature": False})["exp"] + 30.2 - time.time()))
+        expired, live = batch(worker, beat(soon), beat(b))
+        assert expired == answer(soon.heartbeat())
+        assert (expired["status"], expired["body"]["type"]) == (401, "unauthorized")
+        assert live["status"] == 200
+
+    def test_a_changed_signature_of_a_remembered_token_is_401(self, operator):
+        worker, (a,) = running(operator, 1)
+        assert batch(worker, beat(a))[0]["status"] == 200
+        head, _, signature = a.token.rpartition(".")
+        forged = Attempt(a.client, {**a.item, "attempt_token": f"{head}.{signature[::-1]}"})
+        (refused,) = batch(worker, beat(forged))
+        assert refused == answer(forged.heartbeat())
+        assert refused["status"] == 401
+
+    def test_a_key_no_longer_accepted_is_401_though_its_tokens_were_remembered(self, operator, make_client):
+        worker, (a,) = running(operator, 1)
+        assert batch(worker, beat(a))[0]["status"] == 200
+        rotated = make_client(jwt_kid="k2", jwt_secret="a-newer-jwt-secret-that-is-also-long-enough")
+        on_rotated = Operator(rotated)
+        newer = KeyRing("k2", {"k2": "a-newer-jwt-secret-that-is-also-long-enough"})
+        same_worker = bearer(mint_worker(newer, uuid.UUID(worker.execution_id), worker.seat, ttl_seconds=600))
+        (refused,) = json_of(rotated.post("/v1/attempts/batch", headers=same_worker,
+                                          json={"entries": [beat(a)]}))["results"]
+        assert refused == answer(a.on(rotated).heartbeat())
+        assert refused["status"] == 401
+        assert on_rotated.ti(a.ti_id)["state"] == "running"
+
+    def test_more_tokens_than_the_bound_keep_the_newest(self, monkeypatch):
+        monkeypatch.setattr(Verified, "MAX_ENTRIES", 2)
+        keyring = KeyRing("k1", {"k1": JWT_SECRET})
+        tokens = [mint(keyring, {"sub": f"s{n}", "scope": "operator"}, ttl_seconds=60) for n in range(3)]
+        for token in tokens:
+            decode(keyring, token, scopes=("operator",))
+        now = time.time()
+        assert [keyring.verified.get(t, now) is not None for t in tokens] == [False, True, True]
 
 
 class TestBatchRaces:
