@@ -143,16 +143,20 @@ class ExitWatch:
     (Linux 5.3+; else it sleeps the tick), without reaping it (see exited)."""
 
     def __init__(self, pid: int) -> None:
+        self.ended: select.poll | None = None  # poll, not select: a busy worker's descriptors pass 1023
         try:
             self.fd: int | None = os.pidfd_open(pid)
         except (AttributeError, OSError):
             self.fd = None
+        else:
+            self.ended = select.poll()
+            self.ended.register(self.fd, select.POLLIN)
 
     def wait(self, timeout: float) -> None:
-        if self.fd is None:
+        if self.ended is None:
             time.sleep(timeout)
         else:
-            select.select([self.fd], [], [], timeout)
+            self.ended.poll(timeout * 1000)
 
     def close(self) -> None:
         if self.fd is not None:

@@ -76,3 +76,32 @@ class TestExitWatch:
         finally:
             watch.close()
         assert proc.wait(5) == 0
+
+    @LINUX
+    def test_it_watches_past_the_thousandth_open_descriptor(self, tmp_path: Path):
+        """A worker of many tasks holds many descriptors: a pidfd numbered past select()'s
+        1023 is still waited on (and woken) like any other."""
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and hard < 1200:
+            pytest.skip(f"this process may open only {hard} descriptors")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200) if hard == resource.RLIM_INFINITY
+                                                    else min(max(soft, 1200), hard), hard))
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+        try:
+            proc = spawn(["sleep", "0.2"], dict(os.environ), tmp_path / "spool.log")
+            watch = ExitWatch(proc.pid)
+            try:
+                assert watch.fd is not None and watch.fd > 1023
+                started = time.monotonic()
+                while not exited(proc):
+                    watch.wait(5.0)
+                assert time.monotonic() - started < 2.0
+            finally:
+                watch.close()
+            assert proc.wait(5) == 0
+        finally:
+            for fd in held:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
