@@ -187,9 +187,9 @@ def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
                                params={"close_reason": outcome.reason})
         closed = moved is not None and moved.alongside_done
     else:
-        ti = _read(session, key.ti_id)
+        ti = _read(session, key.ti_id)  # None: no such task instance (a batch's lock did not ask)
         moved = (apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now, locked=True)
-                 if settled_by(key, ti) and ti.state in s.IN_FLIGHT else None)
+                 if ti is not None and settled_by(key, ti) and ti.state in s.IN_FLIGHT else None)
     if moved is None:
         ti = _row(session, key.ti_id)
         if ti is not None and settled_by(key, ti) and ti.state not in s.IN_FLIGHT \

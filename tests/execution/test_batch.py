@@ -168,6 +168,23 @@ class TestBatch:
         assert results[1]["status"] == 422 and results[2]["status"] == 200
         assert operator.ti(b.ti_id)["state"] == "running"
 
+    def test_an_outcome_for_no_task_instance_is_404_as_alone_and_the_others_apply(self, operator):
+        """A token of this execution whose task instance is gone (a database restored from an
+        older snapshot): each outcome answers the single request's 404, never the batch's 500."""
+        worker, (a,) = running(operator, 1)
+        claims = jwt.decode(a.token, options={"verify_signature": False})
+        kept = {k: v for k, v in claims.items() if k not in ("iat", "nbf", "exp", "jti", "iss", "aud")}
+        gone = Attempt(a.client, {**a.item, "attempt_token": mint(KEYS, {**kept, "sub": str(uuid.uuid4())},
+                                                                  ttl_seconds=60)})
+        outcomes = [("failed", {}), ("unexecutable", {"reason": "evicted"}), ("success", {}),
+                    ("rescheduled", {"reschedule_at": "2030-01-01T00:00:00Z"})]
+        results = batch(worker, *(said(gone, state, **body) for state, body in outcomes), beat(a))
+        for (state, body), result in zip(outcomes, results, strict=False):
+            alone = gone.send(state, **body)
+            assert_problem(alone, 404, "task-instance-not-found")
+            assert result == answer(alone), state
+        assert results[-1]["status"] == 200 and operator.ti(a.ti_id)["state"] == "running"
+
     def test_a_body_that_is_no_list_of_entries_is_refused_whole(self, client, operator):
         worker, (a,) = running(operator, 1)
         for body in ({"entries": said(a, "success")}, {"entries": [said(a, "success"), 3]}, [said(a, "success")]):
