@@ -65,8 +65,8 @@ def _updating(columns: tuple[str, ...]) -> Update:
 
 def update_attempt(session: Session, key: AttemptKey, **values: Any) -> None:
     """Update the record of `key`. An attempt dispatched before the fence existed has none, so
-    one is made, unless it was made meanwhile (a start that commits on its own, fence `_start`,
-    may meet its outcome making it): a record made first stands."""
+    one is made, unless it was made meanwhile (another request of the same attempt, in a
+    transaction of its own, may make it first): a record made first stands."""
     updated = session.execute(_updating(tuple(sorted(values))),
                               {**key_params(key), **{f"set_{name}": v for name, v in values.items()}}).rowcount
     if not updated:
