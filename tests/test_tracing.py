@@ -119,6 +119,22 @@ class TestRunTree:
             assert all([link.context.span_id for link in r.links] == [request.context.span_id] for r in reports)
             assert {r.attributes["fenceline.batch.status"] for r in reports} == {200}
 
+    def test_an_entry_not_sampled_makes_no_span_and_an_unknown_op_is_named_invalid(self, operator, spans):
+        """An entry's traceparent counts as its single request's header would: one whose flags do
+        not ask for sampling records nothing; a span's name never takes an op the batch refused."""
+        operator.create_run()
+        worker = Worker(operator)
+        attempt = worker.claim_one()
+        sampled = run_traceparent(attempt.item["correlation"])
+        entries = [{"attempt_token": attempt.token, "op": "report", "state": "running",
+                    "traceparent": sampled[:-2] + "00"},
+                   {"attempt_token": attempt.token, "op": "x" * 200, "traceparent": sampled}]
+        results = json_of(worker.client.post("/v1/attempts/batch", json={"entries": entries},
+                                             headers=worker.headers))["results"]
+        assert [r["status"] for r in results] == [200, 422]
+        batched = [s for s in spans.get_finished_spans() if s.name.startswith("fenceline.batch.")]
+        assert [(s.name, s.attributes["fenceline.batch.status"]) for s in batched] == [("fenceline.batch.invalid", 422)]
+
     def test_a_run_with_a_trace_of_its_own_is_the_root_of_it(self, operator, spans):
         body = {"dag_id": "dag", "run_id": "run", "tasks": [task("t")], "trace_id": "order-1234"}
         assert operator.post("/v1/runs", json=body).status_code == 201

@@ -10,7 +10,7 @@ from app.auth.deps import OperatorDep
 from app.orchestration import runs
 from app.orchestration.schemas import RunCreate, RunPublic, RunsPublic, TaskInstancePublic, run_public, ti_public
 from app.telemetry.tracing import current_trace_id, run_created
-from app.web.deps import SessionDep
+from app.web.deps import SessionDep, commit
 from app.web.problems import problems
 from app.web.routes import Router
 
@@ -24,6 +24,7 @@ def create_run(body: RunCreate, session: SessionDep, request: Request, _: Operat
     if body.trace_id is None and (trace_id := current_trace_id()) is not None:
         body = body.model_copy(update={"trace_id": trace_id})
     run, tis = runs.create_run(session=session, request=body, check_routes=request.app.state.check_routes)
+    commit(session)  # the run's root span is exported only for a run that exists
     run_created(run.trace_id, run.dag_id, run.run_id)
     return run_public(run, tis)
 

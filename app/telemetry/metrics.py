@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, event
 
 from app.telemetry.multiprocess import MULTIPROC_ENV
+from app.telemetry.tracing import BATCH_OPS
 
 
 def zeroed(metric: Counter | Histogram, **values: Iterable[str]) -> None:
@@ -113,7 +114,6 @@ reaper_marks = Counter(
 # --- logs, tokens ------------------------------------------------------------------------------
 batch_entries = Counter("fenceline_batch_entries", "Entries of POST /v1/attempts/batch answered, by op and status.",
                         ["op", "status"])
-BATCH_OPS = ("heartbeat", "report", "log")
 zeroed(batch_entries, op=BATCH_OPS, status=("200", "409"))
 
 

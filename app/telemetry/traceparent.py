@@ -23,6 +23,12 @@ def parent_of(traceparent: object) -> tuple[str, str] | None:
     return match.group(1), match.group(2)
 
 
+def sampled(traceparent: str) -> bool:
+    """Whether a valid traceparent's flags ask for its trace to be recorded (W3C `sampled`)."""
+    match = TRACEPARENT.fullmatch(traceparent)
+    return match is not None and bool(int(match.group(3), 16) & 1)
+
+
 def trace_id_of(traceparent: str | None) -> str | None:
     """The trace id a W3C traceparent (version 00) names, if it is a valid one."""
     parent = parent_of(traceparent)

@@ -28,9 +28,10 @@ from contextvars import ContextVar
 from typing import Any
 
 from app.telemetry.logconfig import incoming_trace_id
-from app.telemetry.traceparent import parent_of, run_span_id, w3c_trace_id
+from app.telemetry.traceparent import parent_of, run_span_id, sampled, w3c_trace_id
 
 log = logging.getLogger("fenceline.tracing")
+BATCH_OPS = ("heartbeat", "report", "log")  # what a batch entry may be (POST /v1/attempts/batch)
 _tracer: Any = None  # set once tracing is on in this process
 _forced: ContextVar[tuple[int, int] | None] = ContextVar("fenceline_forced_span_ids", default=None)
 
@@ -172,8 +173,9 @@ def batch_entries(started: int | None, entries: list[dict[str, Any]], statuses: 
     """A span for each batch entry that carries a `traceparent` (its attempt's, as its single
     request's header would): `fenceline.batch.<op>`, a child of that parent, so a batched report
     is in its run's trace as a single one is; linked to the batch request's span, and spanning
-    the batch's time in the server (its entries are applied together). Entries without one, or with an
-    invalid one (ignored, as the header is), make no span."""
+    the batch's time in the server (its entries are applied together). Entries without one, with an
+    invalid one (ignored, as the header is) or with one not sampled (as the header's parent
+    would not be) make no span; an entry whose op is none of BATCH_OPS is named `invalid`."""
     if _tracer is None or started is None:
         return
     from opentelemetry import trace
@@ -183,9 +185,9 @@ def batch_entries(started: int | None, entries: list[dict[str, Any]], statuses: 
     links = [Link(request)] if request.is_valid else []
     ended = time.time_ns()
     for entry, status in zip(entries, statuses, strict=True):
-        if (parent := parent_of(entry.get("traceparent"))) is None:
+        if (parent := parent_of(header := entry.get("traceparent"))) is None or not sampled(header):
             continue
-        op = entry.get("op")
+        op = entry.get("op") if entry.get("op") in BATCH_OPS else "invalid"
         span = _tracer.start_span(f"fenceline.batch.{op}", context=trace.set_span_in_context(remote_parent(*parent)),
                                   links=links, start_time=started,
                                   attributes={"fenceline.batch.op": str(op), "fenceline.batch.status": status})
