@@ -32,6 +32,7 @@ from app.execution import fence
 from app.execution.schemas import MAX_BATCH_ENTRIES, Report
 from app.orchestration.cas import RUNS, TI
 from app.orchestration.outcomes import Backoff
+from app.telemetry.tracing import BATCH_OPS
 
 # An entry's members beside its single request's body: its bearer, its route, and the W3C
 # traceparent its request's header would carry (app/telemetry/tracing.batch_entries).
@@ -113,7 +114,7 @@ def _checked(batch: Batch, index: int, raw: dict[str, Any]) -> Entry:
     token, execution = verified_attempt(batch.keyring, credentials, accept_legacy=batch.accept_legacy)
     if execution != str(batch.execution_id):
         raise forbidden(f"The attempt token is for execution {execution}, not the bearer's {batch.execution_id}.")
-    if op not in ("heartbeat", "report", "log"):
+    if op not in BATCH_OPS:
         raise invalid_input([{"loc": ["body", "op"], "msg": "Input should be 'heartbeat', 'report' or 'log'",
                               "type": "literal_error"}])
     fields = {k: v for k, v in raw.items() if k not in ENVELOPE}
