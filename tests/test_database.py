@@ -2,11 +2,8 @@
 connection; 507 for a full one; 500 for anything else), and reads that never write."""
 
 import os
-import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -20,7 +17,7 @@ from app.main import create_app
 from app.ops.migrate import upgrade
 from app.web.deps import SessionDep
 from tests.support.api import Operator, assert_problem, task
-from tests.support.databases import PG_ADMIN_URL, throwaway_database
+from tests.support.databases import database_on, throwaway_database
 from tests.support.filesystems import small_filesystem
 from tests.support.settings import app_settings
 from tests.support.tcp_proxy import TcpProxy
@@ -34,34 +31,6 @@ def run_body(run_id: str, conf_bytes: int = 0) -> dict:
 def operator_on(url: str, **overrides) -> Iterator[Operator]:
     with TestClient(create_app(app_settings(url, **overrides))) as client:
         yield Operator(client)
-
-
-@contextmanager
-def database_on(directory: Path, backend: str) -> Iterator[str]:
-    """A migrated database whose files live in `directory`: a SQLite file, or a PostgreSQL
-    database in a tablespace there."""
-    if backend == "sqlite":
-        url = f"sqlite:///{directory / 'fenceline.db'}"
-        upgrade(url)
-        yield url
-        return
-    if make_url(PG_ADMIN_URL).host not in ("127.0.0.1", "localhost"):
-        pytest.skip("the PostgreSQL server is not on this machine")
-    shutil.chown(directory, "postgres", "postgres")
-    name = f"fenceline_full_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE TABLESPACE {name} LOCATION '{directory}'"))
-        conn.execute(text(f'CREATE DATABASE "{name}" TABLESPACE {name}'))
-    url = str(make_url(PG_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://")).set(database=name))
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            conn.execute(text(f"DROP TABLESPACE IF EXISTS {name}"))
-        admin.dispose()
 
 
 class TestFaults:

@@ -4,13 +4,15 @@ appends, each answered exactly as its single request would be.
 Every entry is checked on its own, in the order its single request checks it: its token (401,
 403 for another scope or for an attempt of another execution than the bearer's), then its
 fields (422), then the fence (2.5). Entries are applied in order, each whole or not at all: a
-report or a log append runs in a savepoint of its own, so a refusal rolls back that entry and
-nothing else (a report that is one statement, refused before it writes, needs none:
-fence.writes_once). What entries can share, they share: a run of consecutive heartbeats is one
-guarded statement (fence.heartbeats), and the runs of every outcome in the batch are locked
-first, in one order (run id), so two batches, or a batch and a reaper sweep, never deadlock.
-A batch sent again changes nothing twice: each entry answers as its single request does when
-repeated. Log appends belong to the logs domain, above this one: the app hands them in.
+report runs in a savepoint of its own, so a refusal rolls back that entry and nothing else (a
+report that is one statement, refused before it writes, needs none: fence.writes_once; nor
+does a log append, whose one write is its last: app/logs/service.py BatchAppends). A database
+fault fails the batch whole. What entries can share, they share: a run of consecutive
+heartbeats is one guarded statement (fence.heartbeats), and the runs of every outcome in the
+batch are locked first, in one order (run id), so two batches, or a batch and a reaper sweep,
+never deadlock. A batch sent again changes nothing twice: each entry answers as its single
+request does when repeated. Log appends belong to the logs domain, above this one: the app
+hands them in.
 """
 
 import uuid
@@ -150,11 +152,11 @@ def _lock_runs(session: Session, ti_ids: set[uuid.UUID]) -> None:
 
 def _applied(session: Session, batch: Batch, entry: Entry) -> Result:
     """A report or a log append, whole or not at all: in a savepoint of its own, but a report
-    that writes in one statement, refused before it writes (fence.writes_once)."""
+    that writes in one statement, refused before it writes (fence.writes_once), and a log
+    append (one write at most, its last)."""
     try:
         if entry.op == "log":
-            with session.begin_nested():
-                return Result(200, batch.log_appends(session, entry.token, entry.fields))
+            return Result(200, batch.log_appends(session, entry.token, entry.fields))
         body = Report.model_validate(entry.fields)
         with nullcontext() if fence.writes_once(session, body) else session.begin_nested():
             ti = fence.report(session=session, key=entry.token.key, body=body, backoff=batch.backoff,

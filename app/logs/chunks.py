@@ -15,13 +15,15 @@ import copy
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Engine, Row, bindparam, delete, func, select
+from sqlalchemy import Engine, Row, bindparam, delete, func, literal_column, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlmodel import Session
 
+from app.db.dialect import Dialect, dialect_of
 from app.db.engine import reading
 from app.db.faults import DatabaseFault, database_fault
 from app.db.statements import insert_ignore
@@ -43,8 +45,23 @@ def database_faults() -> Iterator[None]:
         if fault is None:
             raise
         if fault is DatabaseFault.FULL:
-            raise LogStoreFull(fault.detail, "database_full") from exc
-        raise LogStoreUnavailable(fault.detail, "database_unavailable") from exc
+            raise LogStoreFull(fault.detail, "database_full", in_database=True) from exc
+        raise LogStoreUnavailable(fault.detail, "database_unavailable", in_database=True) from exc
+
+
+@cache
+def _at_end(dialect: Dialect, columns: tuple[str, ...]) -> Any:
+    """INSERT the chunk at :start_offset if the stream ends there now (its last chunk's end, 0
+    for a stream not yet begun), ignoring one already there: RETURNING a row only if it wrote.
+    Of two writers at one offset, the primary key lets one in."""
+    names = [*_IDENTITY, "end_offset", *columns]
+    stored = (select(CHUNKS.c.end_offset)
+              .where(CHUNKS.c.store == bindparam("store"), CHUNKS.c.key == bindparam("key"))
+              .order_by(CHUNKS.c.start_offset.desc()).limit(1).scalar_subquery())
+    chunk = (select(*(bindparam(name, type_=CHUNKS.c[name].type) for name in names))
+             .where(func.coalesce(stored, 0) == bindparam("start_offset", type_=CHUNKS.c.start_offset.type)))
+    return (dialect.insert(CHUNKS).from_select(names, chunk)
+            .on_conflict_do_nothing(index_elements=_IDENTITY).returning(literal_column("1")))
 
 
 class ChunkedLogStore:
@@ -116,7 +133,17 @@ class ChunkedLogStore:
         return {key: found.get(key) for key in keys}
 
     def append(self, key: str, offset: int, data: bytes, *, session: Session) -> int:
-        """Insert the chunk at the stream's end; a lost race is judged again against the winner."""
+        """Insert the chunk at the stream's end; a lost race is judged again against the winner.
+        An append at the end, the usual case, is one statement: the chunk inserted where the
+        stream ends now (_at_end); anything else (a retry, a gap, a race lost) is judged on the
+        stored size."""
+        if data:
+            values = self._put(key, offset, data)
+            row = {"store": self.name, "key": key, "start_offset": offset, "end_offset": offset + len(data)}
+            with database_faults():
+                if session.execute(_at_end(dialect_of(session), self.columns), {**row, **values}).first():
+                    return offset + len(data)
+            self._discard(values)
         while True:
             stored = self.size(key, session=session) or 0
             if offset > stored:

@@ -82,7 +82,10 @@ def fault_refusal(fault: LogStoreFault, *, reading: bool = False) -> AppError:
 class BatchAppends:
     """A batch's `log` entries (app/execution/batch.py, which the app hands this to): each
     entry's fields validated and appended as POST /v1/attempts/logs would, a store's fault
-    answered as that route answers it."""
+    answered as that route answers it. An append writes one statement at most, its last (the
+    chunk's row), so the batch gives it no savepoint; a fault the database met in the batch's
+    transaction therefore fails the batch whole (507 or 503, app/logs/deps.py), as any database
+    fault of a batch does, and nothing of it is written."""
 
     store: LogStore
     max_request_bytes: int
@@ -94,6 +97,8 @@ class BatchAppends:
             size = append(session=session, store=self.store, token=token, offset=body.offset, content=body.content,
                           max_request_bytes=self.max_request_bytes, max_attempt_bytes=self.max_attempt_bytes)
         except LogStoreFault as fault:
+            if fault.in_database:
+                raise
             log_store_errors.labels(reason=fault.reason).inc()
             raise fault_refusal(fault) from None
         log_bytes_appended.inc(len(body.content.encode()))

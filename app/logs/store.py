@@ -46,11 +46,13 @@ class LogConflict(Exception):
 class LogStoreFault(Exception):
     """The store could not do what it was asked, and recorded nothing. The message says what
     the store answered; `reason` labels it in fenceline_log_store_errors_total (the errno name
-    for the file store: enospc, erofs, eio, …)."""
+    for the file store: enospc, erofs, eio, …). `in_database`: the database refused a statement
+    of the transaction the store was given, which can then write nothing more (PostgreSQL
+    aborts it): a batch fails whole on such a fault (app/logs/service.py BatchAppends)."""
 
-    def __init__(self, detail: str, reason: str) -> None:
+    def __init__(self, detail: str, reason: str, *, in_database: bool = False) -> None:
         super().__init__(detail)
-        self.reason = reason
+        self.reason, self.in_database = reason, in_database
 
 
 class LogStoreFull(LogStoreFault):

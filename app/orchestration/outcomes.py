@@ -24,7 +24,7 @@ from sqlalchemy import CTE, Executable, Row, bindparam, exists, literal, select,
 from sqlmodel import Session
 
 from app.db.dialect import Dialect, dialect_of
-from app.db.statements import insert_ignore
+from app.db.statements import insert_ignore, one_of
 from app.db.types import UTCDateTime, utcnow
 from app.orchestration import states as s
 from app.orchestration.cas import HISTORY, NEW_EXECUTION, TI, cas, from_sources, lock_run, moved_to
@@ -167,7 +167,7 @@ def _settling_success(dialect: Dialect, alongside: Alongside | None) -> Executab
     `alongside_done` says whether that changed a row (always false on SQLite, where the caller
     makes its change itself)."""
     others_unfinished = exists().where(_SIBLING.c.dag_run_id == TI.c.dag_run_id, _SIBLING.c.id != TI.c.id,
-                                       _SIBLING.c.state.not_in(s.FINISHED))
+                                       ~one_of(_SIBLING.c.state, s.FINISHED))
     columns = [*SETTLED_COLUMNS, others_unfinished.label("others_unfinished")]
     if dialect.writes_in_ctes:
         columns.append(room_notification().label("room_announced"))

@@ -17,6 +17,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, case, exists, null, select, update
 from sqlmodel import Session
 
+from app.db.statements import one_of
 from app.db.types import UTCDateTime
 from app.orchestration import states as s
 from app.orchestration.cas import RUNS, TI, from_sources, lock_run, moved_to
@@ -44,7 +45,7 @@ MOVES = {rail: update(TI).where(TI.c.id.in_(bindparam("ids", expanding=True)), f
          .values(**moved_to(rail, bindparam("now", type_=UTCDateTime()))).returning(TI.c.queue)
          for rail in (s.READY, s.UPSTREAM_FAIL)}
 _OF_RUN = TI.c.dag_run_id == bindparam("run")
-_UNFINISHED, _UNSUCCESSFUL = exists().where(_OF_RUN, TI.c.state.not_in(s.FINISHED)), \
+_UNFINISHED, _UNSUCCESSFUL = exists().where(_OF_RUN, ~one_of(TI.c.state, s.FINISHED)), \
     exists().where(_OF_RUN, TI.c.state != s.SUCCESS)
 SETTLE_RUN = update(RUNS).where(RUNS.c.id == bindparam("run")).values(
     state=case((_UNFINISHED, "running"), (_UNSUCCESSFUL, s.FAILED), else_=s.SUCCESS),

@@ -1,17 +1,22 @@
 """Batches (contract 2.11): every entry fenced, validated and answered exactly as its single
 request, in order, each whole or not at all; a re-sent batch changes nothing twice."""
 
+import secrets
 import time
 import uuid
 from typing import Any
 
 import httpx
 import jwt
+from fastapi.testclient import TestClient
 
 from app.auth.tokens import KeyRing, Verified, decode, mint, mint_worker
+from app.main import create_app
 from tests.support.api import Attempt, Operator, Worker, assert_problem, bearer, json_of, task
 from tests.support.concurrency import race
-from tests.support.settings import JWT_SECRET
+from tests.support.databases import database_on
+from tests.support.filesystems import small_filesystem
+from tests.support.settings import JWT_SECRET, app_settings
 
 KEYS = KeyRing("k1", {"k1": JWT_SECRET})  # the test app's key ring
 
@@ -317,3 +322,28 @@ class TestBatchRaces:
                 assert attempt.ti_id in clear_won
         assert by["unexecutable"] == marked
         assert sum(by.values()) == len(every)
+
+
+class TestBatchFaults:
+    def test_a_full_database_met_by_a_log_append_fails_the_batch_whole(self, db_url):
+        """A log append's chunk is its one write, made without a savepoint: when the database
+        refuses it, the batch's transaction can write nothing more, so the batch is answered
+        507 whole and nothing of it is applied (the worker then sends each entry alone)."""
+        backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
+        with small_filesystem("3m") as mount, database_on(mount, backend) as url, \
+                TestClient(create_app(app_settings(url, log_store="database"))) as client:
+            operator = Operator(client)
+            operator.create_run(task("a"), task("b"))
+            worker = Worker(operator)
+            a, b = worker.claim(2)
+            a.report("running")
+            offset, chunk = 0, secrets.token_urlsafe(192 * 1024)  # 256 KiB no database compresses
+            while (alone := a.send_log(offset, chunk)).status_code == 200:
+                offset += len(chunk)
+                assert offset < 8 * 1024 * 1024, "the file system never filled"
+            # Where the database says so: PostgreSQL at the chunk's insert, SQLite at the commit.
+            full = "log-store-full" if backend == "postgresql" else "database-full"
+            assert_problem(alone, 507, full)
+            assert_problem(send(client, worker, said(b, "running"), logged(a, offset, chunk)), 507, full)
+            assert operator.ti(b.ti_id)["state"] == "queued"
+            assert len(operator.log(a.ti_id).encode()) - offset < 1024  # only the system line beside it
