@@ -168,7 +168,7 @@ def _applied(session: Session, batch: Batch, entry: Entry) -> Result:
     except AppError as refusal:
         return Result.refused(refusal)
     except (DataError, StatementError) as exc:  # a value no column holds: the single request's 422
-        if isinstance(exc, StatementError) and not isinstance(exc, DataError) \
-                and not isinstance(exc.orig, UnicodeEncodeError | OverflowError):
-            raise
+        if entry.op == "log" or (isinstance(exc, StatementError) and not isinstance(exc, DataError)
+                                 and not isinstance(exc.orig, UnicodeEncodeError | OverflowError)):
+            raise  # a log append has no savepoint: a statement the database refused lost the batch's transaction
         return Result.refused(unstorable_value())

@@ -73,6 +73,10 @@ class ChunkedLogStore:
     name: str
     fault_reasons: tuple[str, ...] = ("database_full", "database_unavailable", "probe")
     columns: tuple[str, ...]  # what `_bytes` needs of a row, besides its offsets
+    # `_put` only says what the row holds (the bytes live in it): an append may offer a chunk
+    # at its offset before it knows where the stream ends (_at_end), losing nothing if refused.
+    # Not so where `_put` uploads them (S3): a retry would cost an upload, and its answer the bucket's.
+    puts_in_row = False
     page = 16  # chunks per read query
 
     def __init__(self, name: str, engine: Engine) -> None:
@@ -134,10 +138,10 @@ class ChunkedLogStore:
 
     def append(self, key: str, offset: int, data: bytes, *, session: Session) -> int:
         """Insert the chunk at the stream's end; a lost race is judged again against the winner.
-        An append at the end, the usual case, is one statement: the chunk inserted where the
-        stream ends now (_at_end); anything else (a retry, a gap, a race lost) is judged on the
-        stored size."""
-        if data:
+        Where the bytes live in the row, an append at the end, the usual case, is one statement:
+        the chunk inserted where the stream ends now (_at_end); anything else (a retry, a gap, a
+        race lost) is judged on the stored size."""
+        if data and self.puts_in_row:
             values = self._put(key, offset, data)
             row = {"store": self.name, "key": key, "start_offset": offset, "end_offset": offset + len(data)}
             with database_faults():

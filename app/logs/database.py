@@ -10,6 +10,7 @@ from app.logs.chunks import ChunkedLogStore
 
 class DatabaseLogStore(ChunkedLogStore):
     columns = ("data",)
+    puts_in_row = True
     page = 4  # a chunk is at most one append (log_max_request_bytes): a page stays a few MB
 
     def __init__(self, engine: Engine) -> None:
