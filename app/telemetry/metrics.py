@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, event
 
 from app.telemetry.multiprocess import MULTIPROC_ENV
-from app.telemetry.tracing import BATCH_OPS
+from app.telemetry.tracing import BATCH_OPS, batch_op
 
 
 def zeroed(metric: Counter | Histogram, **values: Iterable[str]) -> None:
@@ -120,7 +120,7 @@ zeroed(batch_entries, op=BATCH_OPS, status=("200", "409"))
 def count_batch(entries: list[dict[str, Any]], results: list[Any]) -> None:
     """A batch's entries, each counted as its single request is (reports, stale writes) and by op."""
     for entry, result in zip(entries, results, strict=True):
-        op = entry.get("op") if entry.get("op") in BATCH_OPS else "invalid"
+        op = batch_op(entry)
         batch_entries.labels(op, str(result.status)).inc()
         if result.status == 200 and op == "report":
             reports.labels(entry.get("state")).inc()

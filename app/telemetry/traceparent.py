@@ -15,18 +15,14 @@ TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 TRACE_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def parent_of(traceparent: object) -> tuple[str, str] | None:
-    """The (trace id, span id) a W3C traceparent (version 00) names, if it is a valid one."""
+def parent_of(traceparent: object, *, sampled: bool = False) -> tuple[str, str] | None:
+    """The (trace id, span id) a W3C traceparent (version 00) names, if it is a valid one and,
+    when `sampled`, its flags ask for its trace to be recorded (W3C `sampled`)."""
     match = TRACEPARENT.fullmatch(traceparent) if isinstance(traceparent, str) else None
-    if match is None or match.group(1) == "0" * 32 or match.group(2) == "0" * 16:
+    if match is None or match.group(1) == "0" * 32 or match.group(2) == "0" * 16 \
+            or (sampled and not int(match.group(3), 16) & 1):
         return None
     return match.group(1), match.group(2)
-
-
-def sampled(traceparent: str) -> bool:
-    """Whether a valid traceparent's flags ask for its trace to be recorded (W3C `sampled`)."""
-    match = TRACEPARENT.fullmatch(traceparent)
-    return match is not None and bool(int(match.group(3), 16) & 1)
 
 
 def trace_id_of(traceparent: str | None) -> str | None:

@@ -28,10 +28,17 @@ from contextvars import ContextVar
 from typing import Any
 
 from app.telemetry.logconfig import incoming_trace_id
-from app.telemetry.traceparent import parent_of, run_span_id, sampled, w3c_trace_id
+from app.telemetry.traceparent import parent_of, run_span_id, w3c_trace_id
 
 log = logging.getLogger("fenceline.tracing")
 BATCH_OPS = ("heartbeat", "report", "log")  # what a batch entry may be (POST /v1/attempts/batch)
+
+
+def batch_op(entry: dict[str, Any]) -> str:
+    """A batch entry's op as its metrics and its span name it: one of BATCH_OPS, else `invalid`
+    (the client's text never names a series or a span)."""
+    op = entry.get("op")
+    return op if op in BATCH_OPS else "invalid"
 _tracer: Any = None  # set once tracing is on in this process
 _forced: ContextVar[tuple[int, int] | None] = ContextVar("fenceline_forced_span_ids", default=None)
 
@@ -185,9 +192,9 @@ def batch_entries(started: int | None, entries: list[dict[str, Any]], statuses: 
     links = [Link(request)] if request.is_valid else []
     ended = time.time_ns()
     for entry, status in zip(entries, statuses, strict=True):
-        if (parent := parent_of(header := entry.get("traceparent"))) is None or not sampled(header):
+        if (parent := parent_of(entry.get("traceparent"), sampled=True)) is None:
             continue
-        op = entry.get("op") if entry.get("op") in BATCH_OPS else "invalid"
+        op = batch_op(entry)
         span = _tracer.start_span(f"fenceline.batch.{op}", context=trace.set_span_in_context(remote_parent(*parent)),
                                   links=links, start_time=started,
                                   attributes={"fenceline.batch.op": str(op), "fenceline.batch.status": status})

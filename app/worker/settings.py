@@ -181,10 +181,10 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
     values = {setting.dest: read(args, setting) for setting in SETTINGS}
     password, launcher_token = credentials(values, "the worker")
     seat, pod = _identity(values["runtime"], values["seat"])
-    state_dir = values["state_dir"] or default_state_dir(seat)
     return WorkerSettings(
         server=values["server"], seat=seat, swarm=values["swarm"], runtime=values["runtime"], pod=pod,
-        concurrency=values["concurrency"], state_dir=state_dir, heartbeat_interval=values["heartbeat_interval"],
+        concurrency=values["concurrency"], state_dir=state_dir_from(args),
+        heartbeat_interval=values["heartbeat_interval"],
         claim_wait=values["claim_wait"], grace_period=max(0.0, values["grace_period"]),
         username=values["username"], password=password, launcher_token=launcher_token, queues=values["queues"],
         log_format=values["log_format"], batch_tick=values["batch_tick"],
@@ -196,8 +196,9 @@ def default_state_dir(seat: str) -> Path:
 
 
 def state_dir_from(args: argparse.Namespace) -> Path:
-    """The state directory from_args gives, read without the other settings (`fenceline worker
-    alive` needs no credential); ValueError as from_args."""
+    """The state directory: --state-dir, else the seat's default (from_args's; read without the
+    other settings for `fenceline worker alive`, which needs no credential); ValueError as
+    from_args."""
     by_dest = {setting.dest: setting for setting in SETTINGS}
     if (state_dir := read(args, by_dest["state_dir"])) is not None:
         return state_dir
