@@ -32,6 +32,8 @@ from app.telemetry.traceparent import parent_of, run_span_id, w3c_trace_id
 
 log = logging.getLogger("fenceline.tracing")
 BATCH_OPS = ("heartbeat", "report", "log")  # what a batch entry may be (POST /v1/attempts/batch)
+_tracer: Any = None  # set once tracing is on in this process
+_forced: ContextVar[tuple[int, int] | None] = ContextVar("fenceline_forced_span_ids", default=None)
 
 
 def batch_op(entry: dict[str, Any]) -> str:
@@ -39,8 +41,6 @@ def batch_op(entry: dict[str, Any]) -> str:
     (the client's text never names a series or a span)."""
     op = entry.get("op")
     return op if op in BATCH_OPS else "invalid"
-_tracer: Any = None  # set once tracing is on in this process
-_forced: ContextVar[tuple[int, int] | None] = ContextVar("fenceline_forced_span_ids", default=None)
 
 
 def wanted(otel_setting: bool) -> bool:
