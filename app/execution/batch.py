@@ -17,7 +17,6 @@ hands them in.
 
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +38,8 @@ from app.telemetry.tracing import BATCH_OPS
 # An entry's members beside its single request's body: its bearer, its route, and the W3C
 # traceparent its request's header would carry (app/telemetry/tracing.batch_entries).
 ENVELOPE = ("attempt_token", "op", "traceparent")
+# An unknown op's 422, worded as pydantic words a Literal's (the single routes' own refusals).
+OP_EXPECTED = f"Input should be {', '.join(map(repr, BATCH_OPS[:-1]))} or {BATCH_OPS[-1]!r}"
 # A log entry's work: (session, token, fields) -> the answer's body, raising what the single
 # append raises (app/logs/service.py BatchAppends).
 LogAppends = Callable[[Session, AttemptClaims, dict[str, Any]], dict[str, Any]]
@@ -117,8 +118,7 @@ def _checked(batch: Batch, index: int, raw: dict[str, Any]) -> Entry:
     if execution != str(batch.execution_id):
         raise forbidden(f"The attempt token is for execution {execution}, not the bearer's {batch.execution_id}.")
     if op not in BATCH_OPS:
-        raise invalid_input([{"loc": ["body", "op"], "msg": "Input should be 'heartbeat', 'report' or 'log'",
-                              "type": "literal_error"}])
+        raise invalid_input([{"loc": ["body", "op"], "msg": OP_EXPECTED, "type": "literal_error"}])
     fields = {k: v for k, v in raw.items() if k not in ENVELOPE}
     if op == "heartbeat" and fields:
         raise invalid_input([{"loc": ["body", name], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
@@ -153,22 +153,33 @@ def _lock_runs(session: Session, ti_ids: set[uuid.UUID]) -> None:
 def _applied(session: Session, batch: Batch, entry: Entry) -> Result:
     """A report or a log append, whole or not at all: in a savepoint of its own, but a report
     that writes in one statement, refused before it writes (fence.writes_once), and a log
-    append (one write at most, its last)."""
+    append (one write at most, its last). Without a savepoint, a statement the database refuses
+    loses the batch's transaction: it fails the batch whole."""
     try:
         if entry.op == "log":
             return Result(200, batch.log_appends(session, entry.token, entry.fields))
         body = Report.model_validate(entry.fields)
-        with nullcontext() if fence.writes_once(session, body) else session.begin_nested():
-            ti = fence.report(session=session, key=entry.token.key, body=body, backoff=batch.backoff,
-                              run_locked=True)
-            return accepted(ti)
+        if fence.writes_once(session, body):
+            return accepted(_report(session, batch, entry, body))
+        return _in_savepoint(session, lambda: accepted(_report(session, batch, entry, body)))
     except ValidationError as exc:
         return Result.refused(invalid_input([{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
                                              for e in exc.errors()]))
     except AppError as refusal:
         return Result.refused(refusal)
-    except (DataError, StatementError) as exc:  # a value no column holds: the single request's 422
-        if entry.op == "log" or (isinstance(exc, StatementError) and not isinstance(exc, DataError)
-                                 and not isinstance(exc.orig, UnicodeEncodeError | OverflowError)):
-            raise  # a log append has no savepoint: a statement the database refused lost the batch's transaction
+
+
+def _report(session: Session, batch: Batch, entry: Entry, body: Report) -> Any:
+    return fence.report(session=session, key=entry.token.key, body=body, backoff=batch.backoff, run_locked=True)
+
+
+def _in_savepoint(session: Session, apply: Callable[[], Result]) -> Result:
+    """`apply()` in a savepoint: a refusal, or a value no column holds (the single request's
+    422), rolls back this entry alone."""
+    try:
+        with session.begin_nested():
+            return apply()
+    except (DataError, StatementError) as exc:
+        if not isinstance(exc, DataError) and not isinstance(exc.orig, UnicodeEncodeError | OverflowError):
+            raise
         return Result.refused(unstorable_value())

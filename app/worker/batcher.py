@@ -17,14 +17,13 @@ route (404/405: batches are not tried again), and any batch refused whole (its e
 sent one by one, each answered by its own attempt token).
 """
 
-import base64
-import functools
-import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from app.worker.tokens import unverified_claims
 
 MAX_ENTRIES = 500  # the server's limit
 MAX_BATCH_BYTES = 1024 * 1024  # log content per batch, well under the route's body limit
@@ -41,16 +40,6 @@ class Pending:
     done: threading.Event = field(default_factory=threading.Event)
     answer: tuple[int, Any] | None = None  # (status, body); None: send it as a single request
     error: Exception | None = None
-
-
-@functools.lru_cache(maxsize=1024)  # read for each of a task's writes: its token, a few times
-def token_execution(token: str) -> str | None:
-    """The execution an attempt token names, read without verifying (only the server verifies)."""
-    try:
-        body = token.split(".")[1]
-        return json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))).get("execution_id")
-    except (IndexError, ValueError, AttributeError):
-        return None
 
 
 # post(worker_token, entries) -> (status, body) of the batch request; raises the Api's
@@ -89,7 +78,7 @@ class Batcher:
         """The entry's (status, body), as its single request would answer; None when it is to go
         as a single request. Raises the Api's ServerUnreachable when the batch met a fault."""
         if not (self.supported and self._thread is not None and not self._closed
-                and token_execution(entry["attempt_token"]) == self.execution_id):
+                and unverified_claims(entry["attempt_token"]).get("execution_id") == self.execution_id):
             return None
         pending = Pending(entry, urgent, len(entry.get("content", "")))
         with self._cond:

@@ -191,10 +191,6 @@ def from_args(args: argparse.Namespace) -> WorkerSettings:
     )
 
 
-def default_state_dir(seat: str) -> Path:
-    return Path("data") / "worker" / seat
-
-
 def state_dir_from(args: argparse.Namespace) -> Path:
     """The state directory: --state-dir, else the seat's default (from_args's; read without the
     other settings for `fenceline worker alive`, which needs no credential); ValueError as
@@ -203,7 +199,7 @@ def state_dir_from(args: argparse.Namespace) -> Path:
     if (state_dir := read(args, by_dest["state_dir"])) is not None:
         return state_dir
     seat, _ = _identity(read(args, by_dest["runtime"]), read(args, by_dest["seat"]))
-    return default_state_dir(seat)
+    return Path("data") / "worker" / seat
 
 
 def credentials(values: dict[str, Any], who: str) -> tuple[str, str]:

@@ -1,7 +1,5 @@
 """One claimed attempt, from `running` to its acknowledged outcome."""
 
-import base64
-import json
 import logging
 import os
 import signal
@@ -17,6 +15,7 @@ from app.worker.deliver import deliver
 from app.worker.logship import LogShipper, append_line
 from app.worker.process import ExitWatch, Outcome, classify, command_of, exited, signal_group, spawn, task_env
 from app.worker.state import attempt_key, describe
+from app.worker.tokens import unverified_claims
 
 TICK = 0.2  # how often a running task is looked at: log shipping latency, stop latency
 KILL_AFTER = 3.0  # seconds between SIGTERM and SIGKILL when the worker stops a task
@@ -28,11 +27,10 @@ class Lost(Exception):
 
 def renew_delay(token: str) -> float:
     """Half the token's lifetime (exp - iat), read without verifying: only the server verifies."""
+    claims = unverified_claims(token)
     try:
-        body = token.split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
         return max(1.0, (claims["exp"] - claims["iat"]) / 2)
-    except (IndexError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return 60.0
 
 
