@@ -113,8 +113,9 @@ def _raw(conn: Any) -> Any:
     """The DB-API connection under `conn`."""
     if not _sqlalchemy(conn):
         return conn
-    connection = conn.connection() if callable(getattr(conn, "connection", None)) else conn.connection
-    return connection.dbapi_connection
+    if callable(getattr(conn, "connection", None)):  # a Session: its Connection
+        conn = conn.connection()
+    return conn.connection.dbapi_connection
 
 
 def _in_transaction(conn: Any) -> None:

@@ -10,7 +10,11 @@ So once a token's write has landed, no smaller token's write lands after it.
 
 from typing import Any
 
-from botocore.exceptions import ClientError
+try:
+    from botocore.exceptions import ClientError
+except ModuleNotFoundError:  # the s3 extra is not installed
+    raise ModuleNotFoundError("the fenced object write needs boto3: pip install 'fenceline[s3]'",
+                              name="botocore") from None
 
 from app.fencing.guard import Fence, FenceError, StaleToken
 

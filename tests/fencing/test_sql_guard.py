@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
 from app.fencing import Fence, NoFence, StaleToken, create_fence_table, guarded_write
 from app.fencing.guard import advance
@@ -120,6 +121,12 @@ class TestGuardedWrite:
                 guarded_write(conn, write, {"name": "daily", "who": "replacement"}, fence=REPLACEMENT)
             with pytest.raises(StaleToken), engine.begin() as conn:
                 guarded_write(conn, write, {"name": "daily", "who": "superseded"}, fence=SUPERSEDED)
+            with Session(engine) as session:
+                with pytest.raises(StaleToken):
+                    guarded_write(session, write, {"name": "daily", "who": "stale session"}, fence=SUPERSEDED)
+                session.rollback()
+                guarded_write(session, write, {"name": "other", "who": "session"}, fence=REPLACEMENT)
+                session.commit()
         finally:
             engine.dispose()
         assert written_by(connect()) == "replacement"
