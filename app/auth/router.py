@@ -79,7 +79,7 @@ class JsonWebKeySet(BaseModel):
     keys: list[dict[str, str]]
 
 
-@router.get("/.well-known/jwks.json", tags=["auth"])
+@router.get("/.well-known/jwks.json")
 def jwks(request: Request, response: Response) -> JsonWebKeySet:
     """Every public key a token of this installation may be signed with, the active one and
     those still accepted during a rotation (contract 11.3), so another service verifies a
