@@ -3,7 +3,7 @@
 from typing import Annotated
 from urllib.parse import parse_qs
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
@@ -71,6 +71,22 @@ def mint_launcher_token(request: Request, operator: OperatorDep) -> LauncherToke
     ttl = request.app.state.settings.launcher_token_ttl_seconds
     token = tokens.mint_launcher(installation(request).keyring, operator, ttl_seconds=ttl)
     return LauncherTokenPublic(launcher_token=token, expires_in=ttl)
+
+
+class JsonWebKeySet(BaseModel):
+    """RFC 7517: the public keys tokens are signed with, each with its `kid`, `alg` and `use`."""
+
+    keys: list[dict[str, str]]
+
+
+@router.get("/.well-known/jwks.json")
+def jwks(request: Request, response: Response) -> JsonWebKeySet:
+    """Every public key a token of this installation may be signed with, the active one and
+    those still accepted during a rotation (contract 11.3), so another service verifies a
+    token with a stock JWT library and no secret of fenceline's. Open, as the health routes
+    are. Empty while tokens are signed HS256 (the default), whose key is a shared secret."""
+    response.headers["Cache-Control"] = "public, max-age=300"
+    return JsonWebKeySet(keys=installation(request).keyring.jwks())
 
 
 class MetricsTokenPublic(BaseModel):

@@ -29,6 +29,9 @@ _NOT_RETRIED = {"28P01", "28000", "3D000"}
 _NOT_RETRIED_WORDS = ("password authentication failed", "does not exist", "no pg_hba.conf entry")
 
 
+SECRET_SETTINGS = frozenset(name for name, f in Settings.model_fields.items() if "Secret" in str(f.annotation))
+
+
 class StartupError(Exception):
     """A refusal to start: `status` is the exit status, the message the one line to print."""
 
@@ -49,10 +52,11 @@ def load_settings() -> Settings:
         return get_settings()
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        name = _setting(".".join(str(p) for p in error["loc"][:1]))
+        field = ".".join(str(p) for p in error["loc"][:1])
+        name = _setting(field)
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise StartupError(BAD_SETTING, f"{name}={str(error.get('input'))[:80]!r} is not valid: "
-                                        f"{error['msg']}{more}") from exc
+        shown = "" if field in SECRET_SETTINGS else f"={str(error.get('input'))[:80]!r}"  # never a secret's words
+        raise StartupError(BAD_SETTING, f"{name}{shown} is not valid: {error['msg']}{more}") from exc
 
 
 def redacted(url: str) -> str:

@@ -31,7 +31,9 @@ class TestOnePodPerAttempt:
         assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
         env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
         assert env["FENCELINE_TI_ID"] == ti["ti_id"] and env["TRACEPARENT"].startswith("00-")
-        assert not any("TOKEN" in name or "PASSWORD" in name for name in env)
+        assert env["FENCELINE_FENCING_TOKEN"] == epoch and annotations["fenceline.io/fencing-token"] == epoch
+        credentials = [n for n in env if ("TOKEN" in n or "PASSWORD" in n) and n != "FENCELINE_FENCING_TOKEN"]
+        assert not credentials, "the fencing token is a number, not a credential; nothing else of the kind"
         assert "eyJ" not in str(pod), "no token of any kind inside the Pod"
 
         wait_until(lambda: operator.find_ti("t")["state"] == "running", "running once it started")
