@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.worker.process import ExitWatch, exited, spawn
+from tests.support.waiting import wait_until
 
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and pidfds are Linux's")
 
@@ -46,6 +47,9 @@ class TestSpawn:
         worker = subprocess.Popen([sys.executable, "-c", program, str(tmp_path / "spool.log")],
                                   stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
         task = int(worker.stdout.readline())
+        # setpriv asks for the death signal, then execs the command: kill the worker only after
+        # that, or a loaded machine lets the kill land between the two.
+        wait_until(lambda: Path(f"/proc/{task}/comm").read_text().strip() == "sleep", "the command to start")
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
         deadline = time.monotonic() + 10
