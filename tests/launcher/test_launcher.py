@@ -112,6 +112,18 @@ class TestOutcomes:
         ti = wait_until(lambda: (t := operator.find_ti("t"))["state"] == "up_for_reschedule" and t, "the deferral")
         assert ti["try_number"] == 1
 
+    def test_a_success_in_the_termination_message_wins_over_a_killed_container(self, serve, cluster, kubelet,
+                                                                            launchers):
+        """#543: the task wrote {"state": "success"}, then was killed (exit 137) before it exited."""
+        server = serve()
+        operator = Operator(server.client())
+        launchers(server)
+        operator.create_run(image_task("t", "echo:work done", 'message:{"state": "success"}', "exit:137", retries=1))
+        done = settled(operator)
+        assert (done["state"], done["try_number"]) == ("success", 1), "no try spent"
+        assert attempts(operator, done["ti_id"]) == [(1, 1, "success", None)]
+        assert "the termination message records success" in operator.log(done["ti_id"])
+
 
 class TestTheLabelFence:
     def test_a_pod_labelled_try_1_with_no_epoch_never_settles_the_attempt_at_epoch_1(
