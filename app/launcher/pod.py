@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from app.telemetry.traceparent import run_traceparent
 from app.worker.process import task_env
 
 PREFIX = "fenceline.io/"
@@ -80,15 +81,18 @@ def is_attempt_pod(pod: dict[str, Any], correlation: dict[str, Any]) -> bool:
     return (ti is None or ti == str(correlation["ti_id"])) and epoch_of(pod) == int(correlation["attempt_epoch"])
 
 
-def manifest(item: dict[str, Any], *, namespace: str, launcher: str, traceparent: str | None = None,
-             service_account: str | None = None) -> dict[str, Any]:
-    """The Pod a WorkItem (as the claim returns it) runs as. No credential goes inside: the
-    launcher keeps the attempt token, and no service-account token is mounted."""
+def manifest(item: dict[str, Any], *, namespace: str, launcher: str, service_account: str | None = None,
+             traceparent: str | None = None) -> dict[str, Any]:
+    """The Pod a WorkItem (as the claim returns it) runs as: the one function that builds both
+    the Pods the launcher creates and what `fenceline launcher pod-spec` prints. No credential
+    goes inside: the launcher keeps the attempt token, and no service-account token is mounted.
+    TRACEPARENT is the attempt's span when the launcher traces (its span id is drawn then),
+    else the run's root, which is all a Pod printed ahead can name."""
     payload, correlation = item["payload"], item["correlation"]
     annotations = {PREFIX + label: str(correlation[field]) for label, field in LABELS.items()
                    if correlation.get(field) is not None}
     annotations[PREFIX + "ti-id"] = str(correlation["ti_id"])
-    env = task_env(payload, correlation, {}, traceparent)
+    env = task_env(payload, correlation, {}, traceparent or run_traceparent(correlation))
     container: dict[str, Any] = {
         "name": CONTAINER, "image": payload["image"], "args": list(payload.get("args") or []),
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],

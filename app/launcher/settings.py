@@ -4,6 +4,7 @@ parsed as the worker's are (app/worker/settings.py): a value that does not parse
 naming its flag or variable, and exit status 2."""
 
 import argparse
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,19 +79,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_pod_spec(parser: argparse.ArgumentParser) -> None:
+    """`pod-spec` takes the launcher's own settings of the Pod, from the same variables, so that
+    run where the launcher runs it prints the Pod the launcher creates."""
     sub = parser.add_subparsers(dest="launcher_command")
     spec = sub.add_parser("pod-spec", help="print the Pod a WorkItem would get, as YAML, without a cluster")
     spec.add_argument("file", help="a WorkItem as POST /v1/dispatch/claim returns it (JSON), or - for standard input")
-    spec.add_argument("--namespace", default=None, help="the Pod's namespace (default: default)")
-    spec.add_argument("--seat", default=None, help="the launcher seat its label names (default: launcher)")
-    spec.add_argument("--service-account", default=None, help="the Pod's service account")
+    spec.add_argument("--namespace", default=None,
+                      help="the Pod's namespace (default: FENCELINE_LAUNCHER_NAMESPACE, else default)")
+    spec.add_argument("--seat", default=None,
+                      help="the launcher seat its label names (default: FENCELINE_LAUNCHER_SEAT, else the launcher's)")
+    spec.add_argument("--service-account", default=None,
+                      help="the Pod's service account (default: FENCELINE_LAUNCHER_POD_SERVICE_ACCOUNT)")
+
+
+def pod_spec_settings(args: argparse.Namespace) -> dict[str, str | None]:
+    """`pod-spec`'s namespace, seat and service account, defaulted as the launcher's are."""
+    return {"namespace": args.namespace or os.environ.get("FENCELINE_LAUNCHER_NAMESPACE") or "default",
+            "launcher": args.seat or os.environ.get("FENCELINE_LAUNCHER_SEAT") or default_seat(),
+            "service_account": args.service_account or os.environ.get("FENCELINE_LAUNCHER_POD_SERVICE_ACCOUNT")}
+
+
+def default_seat() -> str:
+    return f"launcher-{socket.gethostname().split('.')[0] or 'local'}"
 
 
 def from_args(args: argparse.Namespace) -> LauncherSettings:
     """The settings; ValueError saying, in one line, what is missing or wrong."""
     values = {setting.dest: read(args, setting) for setting in LAUNCHER_SETTINGS}
     password, launcher_token = credentials(values, "the launcher")
-    seat = values["seat"] or f"launcher-{socket.gethostname().split('.')[0] or 'local'}"
+    seat = values["seat"] or default_seat()
     return LauncherSettings(
         server=values["server"], seat=seat, swarm=values["swarm"], concurrency=values["concurrency"],
         state_dir=values["state_dir"] or Path("data") / "launcher" / seat,

@@ -1,6 +1,7 @@
 """The Pod of an attempt and the label fence (contract 9.2, 9.3): the pure parts on Pod
 objects, and the teardown against the emulated API server."""
 
+import io
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from app.cli import main
 from app.launcher.kube import Kube, load_configuration
 from app.launcher.pod import epoch_of, is_attempt_pod, label_safe, manifest, pod_name, try_selector
 from app.launcher.runner import stamp_order, teardown
+from app.telemetry.traceparent import run_traceparent
 from tests.launcher.cluster import IMAGE, NAMESPACE
 from tests.launcher.conftest import REPO
 
@@ -136,12 +138,24 @@ def test_log_timestamps_sort_in_time_order():
 
 class TestCommandLine:
     def test_pod_spec_prints_the_pod_a_work_item_gets(self):
-        done = subprocess.run([sys.executable, "-m", "app.cli", "launcher", "pod-spec", "-", "--namespace", "tasks"],
+        done = subprocess.run([sys.executable, "-m", "app.cli", "launcher", "pod-spec", "-", "--namespace", "tasks",
+                               "--seat", "launcher-1"],
                               input=json.dumps({"items": [item()]}), capture_output=True, text=True, cwd=REPO,
                               timeout=60)
         assert done.returncode == 0, done.stderr
         pod = yaml.safe_load(done.stdout)
-        assert pod == manifest(item(), namespace="tasks", launcher="launcher")
+        assert pod == manifest(item(), namespace="tasks", launcher="launcher-1")
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert env["TRACEPARENT"] == run_traceparent(correlation()), "the run's trace, as the launcher's Pods carry"
+
+    def test_pod_spec_takes_the_launchers_settings_of_the_pod(self, monkeypatch, capsys):
+        monkeypatch.setenv("FENCELINE_LAUNCHER_NAMESPACE", "tasks")
+        monkeypatch.setenv("FENCELINE_LAUNCHER_SEAT", "launcher-7")
+        monkeypatch.setenv("FENCELINE_LAUNCHER_POD_SERVICE_ACCOUNT", "etl")
+        monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(item())))
+        assert main(["launcher", "pod-spec", "-"]) == 0
+        printed = yaml.safe_load(capsys.readouterr().out)
+        assert printed == manifest(item(), namespace="tasks", launcher="launcher-7", service_account="etl")
 
     def test_pod_spec_refuses_what_is_not_a_work_item(self, tmp_path, capsys):
         (tmp_path / "x.json").write_text('{"payload": {}}')
