@@ -5,6 +5,7 @@ import json
 import sys
 from typing import Any
 
+from app.launcher import metrics
 from app.launcher.pod import manifest
 from app.launcher.settings import from_args, pod_spec_settings
 from app.worker import tracing
@@ -33,6 +34,12 @@ def run_launcher(args: argparse.Namespace) -> int:
     except (config.ConfigException, OSError) as exc:
         print(f"fenceline launcher: no Kubernetes configuration: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if settings.metrics_port is not None:
+        try:
+            metrics.serve(settings.metrics_port)
+        except OSError as exc:
+            print(f"fenceline launcher: --metrics-port {settings.metrics_port}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
     tracing.start()
     try:
         return launcher.run()

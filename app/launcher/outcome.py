@@ -31,6 +31,12 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
     return (container_status(pod).get("state") or {}).get("terminated")
 
 
+def stopped(pod: dict[str, Any]) -> bool:
+    """No user code runs in the Pod any more, nor ever will: its container terminated (its
+    restart policy is Never), or the Pod ended."""
+    return terminated(pod) is not None or (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+
+
 def started(pod: dict[str, Any]) -> bool:
     """The task's container has started (user code ran), whether it still runs or not."""
     state = container_status(pod).get("state") or {}

@@ -35,6 +35,15 @@ class LauncherSettings(WorkerSettings):
     poll_interval: float = 2.0  # seconds between listings of the launcher's Pods
     start_deadline: float = 300.0  # a Pod whose container has not started by then is dispatch_failed
     service_account: str | None = None  # the task Pods' service account (its token is never mounted)
+    # At most this long a replacement Pod waits for the Pods of the earlier attempts to stop.
+    replacement_wait: float = 60.0
+    metrics_port: int | None = None  # /metrics of the launcher's own metrics; None: not served
+
+
+def as_port(raw: str) -> int:
+    if not 1 <= (value := as_count(raw)) <= 65535:
+        raise ValueError(f"must be a TCP port, 1 to 65535, not {value}")
+    return value
 
 
 _SHARED = {s.flag: s for s in SETTINGS}
@@ -62,6 +71,13 @@ LAUNCHER_SETTINGS = [
             "keep it under the server's dispatch_lost_after_seconds"),
     Setting("--service-account", "FENCELINE_LAUNCHER_POD_SERVICE_ACCOUNT", None, as_text,
             "the task Pods' service account; its token is not mounted"),
+    Setting("--replacement-wait", "FENCELINE_LAUNCHER_REPLACEMENT_WAIT", "60", as_positive_seconds,
+            "seconds at most that the Pod of a re-placed attempt waits, before it is created, for the Pods of the "
+            "task instance's earlier attempts (deleted first, whichever launcher made them) to be gone or terminal; "
+            "past it, it is created anyway and the overlap is measured (docs/launcher.md)"),
+    Setting("--metrics-port", "FENCELINE_LAUNCHER_METRICS_PORT", None, as_port,
+            "serve the launcher's own metrics (fenceline_attempt_overlap_seconds) at /metrics on this port "
+            "(default: not served)"),
     Setting("--heartbeat-interval", "FENCELINE_LAUNCHER_HEARTBEAT_INTERVAL", "10", as_positive_seconds,
             "seconds between heartbeats of a live Pod's attempt"),
     Setting("--claim-wait", "FENCELINE_LAUNCHER_CLAIM_WAIT", "20", as_positive_seconds,
@@ -118,4 +134,5 @@ def from_args(args: argparse.Namespace) -> LauncherSettings:
         queues=values["queues"], log_format=values["log_format"], namespace=values["namespace"],
         kubeconfig=values["kubeconfig"], kube_context=values["context"], poll_interval=values["poll_interval"],
         start_deadline=values["start_deadline"], service_account=values["service_account"],
+        replacement_wait=values["replacement_wait"], metrics_port=values["metrics_port"],
     )

@@ -12,7 +12,16 @@ import yaml
 
 from app.cli import main
 from app.launcher.kube import Kube, load_configuration
-from app.launcher.pod import epoch_of, is_attempt_pod, label_safe, manifest, pod_name, try_selector
+from app.launcher.pod import (
+    epoch_of,
+    is_attempt_pod,
+    label_safe,
+    manifest,
+    pod_name,
+    superseded_by,
+    ti_selector,
+    try_selector,
+)
 from app.launcher.runner import stamp_order, teardown
 from app.telemetry.traceparent import run_traceparent
 from tests.launcher.cluster import IMAGE, NAMESPACE
@@ -81,6 +90,20 @@ class TestTheFence:
         for other in (correlation(2, 4), correlation(1, 5), correlation(2, 5, ti_id=str(uuid.uuid4())),
                       correlation(2, 5, task_id="other")):
             assert not is_attempt_pod(pod, other)
+
+    def test_an_earlier_try_or_epoch_of_the_task_instance_is_superseded_whichever_launcher_made_it(self):
+        current = correlation(2, 3)
+        for earlier in ((1, 1), (1, 7), (2, 1), (2, 2)):
+            assert superseded_by(manifest(item(*earlier), namespace="tasks", launcher="other"), current), earlier
+        legacy = manifest(item(2, 3), namespace="tasks", launcher="l")
+        del legacy["metadata"]["labels"]["fenceline.io/attempt-epoch"]
+        assert superseded_by(legacy, current), "no epoch label: epoch 0"
+        for not_earlier in ((2, 3), (2, 4), (3, 1)):
+            assert not superseded_by(manifest(item(*not_earlier), namespace="tasks", launcher="l"), current)
+        another_ti = manifest(item(1, 1), namespace="tasks", launcher="l")
+        another_ti["metadata"]["annotations"]["fenceline.io/ti-id"] = str(uuid.uuid4())
+        assert not superseded_by(another_ti, current)
+        assert "try-number" not in ti_selector(current) and "task-id=load" in ti_selector(current)
 
     def test_the_try_selector_names_no_epoch(self):
         assert "attempt-epoch" not in try_selector(correlation()) and "try-number=1" in try_selector(correlation())
@@ -167,6 +190,8 @@ class TestCommandLine:
         (["--poll-interval", "soon"], "--poll-interval: 'soon' is not a number of seconds"),
         (["--concurrency", "0"], "--concurrency: must be at least 1, not 0"),
         (["--queues", ","], "--queues: must name at least one queue"),
+        (["--replacement-wait", "0"], "--replacement-wait: must be above 0, not 0"),
+        (["--metrics-port", "70000"], "--metrics-port: must be a TCP port, 1 to 65535, not 70000"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "no Kubernetes configuration"),
     ])
     def test_bad_settings_are_one_line_and_exit_2(self, flags, says, monkeypatch, capsys, tmp_path):
