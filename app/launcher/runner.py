@@ -9,6 +9,8 @@ so it keeps every guarantee the worker keeps. What differs:
   non-idempotent, a Pod that never started is re-placed; one that did is not);
 - the attempt heartbeats only while a fresh listing shows its Pod alive, so a launcher that
   cannot see the API server stops vouching for the Pod (and settles nothing);
+- before the Pod is created, the Pods of the task instance's earlier attempts are deleted and
+  waited for (app/launcher/replace.py);
 - on should_terminate the Pod is deleted at once; when the launcher stops, the Pod runs on,
   and the next start adopts it.
 """

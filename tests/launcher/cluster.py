@@ -19,7 +19,7 @@ default is 30 s) is only marked (`deletionTimestamp`) and stays listed until its
 stopped its container and confirms it; a force delete (grace period 0), or the delete of a Pod
 no node took, removes it at once. A Pod on a partitioned node (`Kubelet.partition`) keeps
 running and stays listed until the partition heals. The cluster keeps the history of its Pods
-(created, gone) and the kubelet the time each container ran, so a test can tell whether two
+(created, deleted, gone) and the kubelet the time each container ran, so a test can tell whether two
 ever ran at once.
 """
 
@@ -59,7 +59,8 @@ class Cluster(kmock.KubernetesEmulator):
     versions: Any = attrs.field(factory=lambda: itertools.count(1))
     changed: asyncio.Event | None = None
     closing: bool = False
-    history: list[tuple[float, str, str]] = attrs.field(factory=list)  # (monotonic, created|gone, Pod name)
+    # (monotonic, what, Pod name): created, deleted (a delete asked for), gone (no longer listed)
+    history: list[tuple[float, str, str]] = attrs.field(factory=list)
 
     def _pod(self, namespace: str | None, name: str | None) -> dict[str, Any] | None:
         key = (PODS, namespace, name)
@@ -88,6 +89,7 @@ class Cluster(kmock.KubernetesEmulator):
                         f"Precondition failed: UID in precondition: {want}, UID in object meta: "
                         f"{pod['metadata']['uid']}"))
                 if pod is not None:
+                    self.history.append((time.monotonic(), "deleted", request.name))
                     self._deleting(request, pod)
             elif request.action == kmock.action.LIST:
                 return self._list(request)

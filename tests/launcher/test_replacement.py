@@ -4,9 +4,11 @@ predecessor is gone or terminal, within --replacement-wait; the overlap that rem
 fenceline_attempt_overlap_seconds on the launcher's /metrics."""
 
 import shutil
+import signal
 import subprocess
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.launcher.conftest import image_task, settled, wait_until
@@ -37,13 +39,15 @@ def running_everywhere(operator, cluster, seat: str, tasks: str) -> dict[str, st
 
 
 class TestADeadLaunchersPods:
-    def test_are_deleted_and_gone_before_their_replacements_are_created(self, serve, cluster, kubelet, launchers):
+    @pytest.mark.parametrize("dies", ["killed", "stopped"])
+    def test_are_deleted_and_gone_before_their_replacements_are_created(self, serve, cluster, kubelet, launchers,
+                                                                        dies):
         server = serve(agent_lost_after_seconds=1.0)
         operator = Operator(server.client())
         la = launchers(server, seat="la")
         operator.create_run(*(image_task(t, "epoch:1:wait:never", "echo:done") for t in "abc"))
         old = running_everywhere(operator, cluster, "la", "abc")
-        la.kill()
+        la.kill() if dies == "killed" else la.proc.send_signal(signal.SIGSTOP)
         port = free_port()
         lb = launchers(server, "--metrics-port", str(port), seat="lb")
         wait_until(lambda: (operator.reap(), all(operator.find_ti(t)["attempt_epoch"] > 1 for t in "abc"))[1],
@@ -55,9 +59,11 @@ class TestADeadLaunchersPods:
         new = {t: next(p for what, p in history if what == "created" and p.startswith(f"fl-{t}-") and p != old[t])
                for t in "abc"}
         for task_id in "abc":
-            assert history.index(("gone", old[task_id])) < history.index(("created", new[task_id])), task_id
+            assert history.index(("deleted", old[task_id])) < history.index(("created", new[task_id])), task_id
+            # Its container stopped (the Pod terminal, soon gone) before the replacement's started.
             stopped, started = kubelet.ran[old[task_id]][1], kubelet.ran[new[task_id]][0]
             assert stopped is not None and stopped <= started, f"{task_id}: both ran at once"
+            assert ("gone", old[task_id]) in history
             assert f"deleted Pod {old[task_id]} of a superseded attempt (launcher la)" in lb.output
         assert set(old.values()) <= set(cluster.deletes())
         assert overlap(port) == {"count": 3.0, "sum": 0.0, "zero": 3.0}
@@ -66,6 +72,11 @@ class TestADeadLaunchersPods:
             linted = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
                                     timeout=60)
             assert linted.returncode == 0 and not (linted.stdout + linted.stderr).strip(), linted.stdout
+        if dies == "stopped":  # la wakes up to its attempts superseded and their Pods gone
+            la.proc.send_signal(signal.SIGCONT)
+            wait_until(lambda: la.output.count("the attempt was re-placed, dropped")
+                       + la.output.count("reporting nothing") == 3, "la to let its three attempts go")
+            assert la.output.count("deleted Pod (already gone)") == 3, "lb had deleted them"
         assert lb.stop() == 0
 
     def test_past_the_replacement_wait_the_replacement_runs_and_the_overlap_is_measured(
