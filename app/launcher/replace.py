@@ -47,13 +47,16 @@ class Predecessors:
     def wait_stopped(self, wait: float, stopping: threading.Event, tend: Callable[[], None]) -> None:
         """Delete them and wait until none runs, at most `wait` seconds (or until the launcher
         stops), calling `tend` (the attempt's heartbeat) on every turn."""
-        deadline = time.monotonic() + wait
+        deadline, said = time.monotonic() + wait, False
         while True:
             try:
                 if not self.look():
                     return
             except (KubeUnreachable, KubeRefused) as exc:  # what it last saw still stands
-                self.log.warning("%s: the Pods of earlier attempts not listed (%s)", self.name, exc)
+                if not said:  # once per wait
+                    said = True
+                    self.log.warning("%s: the Pods of earlier attempts not listed (%s); trying again until "
+                                     "--replacement-wait runs out", self.name, exc)
             tend()
             left = deadline - time.monotonic()
             if left <= 0 or stopping.wait(min(self.interval, left)):
