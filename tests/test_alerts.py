@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.launcher import metrics as launcher_metrics
 from tests.support.api import Worker
 
 RULE = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "monitoring" / "prometheus-rule.yaml"
@@ -83,6 +85,16 @@ CASES = {
             f'fenceline_http_request_duration_seconds_bucket{{namespace="fl",{CLAIM},le="0.5"}}': "0+200x30",
             f'fenceline_http_request_duration_seconds_bucket{{namespace="fl",{CLAIM},le="+Inf"}}': "0+200x30"},
         "16m", fires=False),
+    "a launcher's Pod ran beside an earlier attempt's": firing(
+        "FencelineAttemptOverlap", {'fenceline_attempt_overlap_seconds_count{namespace="fl",pod="l"}': "0+5x10 51x20",
+                                    'fenceline_attempt_overlap_seconds_bucket{namespace="fl",pod="l",le="0.0"}':
+                                    "0+5x10 50x20"},
+        "12m", fires=True, namespace="fl"),
+    "every replacement waited for its predecessor": firing(
+        "FencelineAttemptOverlap", {'fenceline_attempt_overlap_seconds_count{namespace="fl",pod="l"}': "0+5x30",
+                                    'fenceline_attempt_overlap_seconds_bucket{namespace="fl",pod="l",le="0.0"}':
+                                    "0+5x30"},
+        "20m", fires=False),
     "no replica answers scrapes": firing(
         "FencelineServerDown", {'up{job="fenceline",namespace="fl",pod="a"}': "1x5 0x30"}, "16m", fires=True),
     "one replica of two answers": firing(
@@ -122,7 +134,9 @@ def test_every_alert_is_tested_firing_and_quiet():
 
 def test_every_metric_and_label_value_the_alerts_name_is_exposed(operator):
     Worker(operator).claim()  # a claim answered, so its route's series exist
-    exposed = {f.name: f.samples for f in text_string_to_metric_families(operator.get("/metrics").text)}
+    # The server's /metrics, and a launcher's own (fenceline_attempt_overlap_seconds).
+    text = operator.get("/metrics").text + generate_latest(launcher_metrics.REGISTRY).decode()
+    exposed = {f.name: f.samples for f in text_string_to_metric_families(text)}
     for alert, expr in exprs().items():
         for name in re.findall(r"\bfenceline_\w+", expr):
             family = re.sub(r"_(total|bucket|count|sum)$", "", name)

@@ -319,6 +319,10 @@ class TestLauncherComponent:
         assert volume["persistentVolumeClaim"]["claimName"] == "fenceline-launcher-state"
         for probe in ("startupProbe", "livenessProbe"):
             assert f"{state}/{ALIVE}" in " ".join(container[probe]["exec"]["command"])
+        port = env["FENCELINE_LAUNCHER_METRICS_PORT"]["value"]  # its overlap metric, scraped by annotation
+        assert container["ports"] == [{"name": "metrics", "containerPort": int(port)}]
+        annotations = launcher["spec"]["template"]["metadata"]["annotations"]
+        assert (annotations["prometheus.io/scrape"], annotations["prometheus.io/port"]) == ("true", port)
 
     def test_the_image_has_the_kubernetes_client(self):
         build, _ = stages((REPO / "Dockerfile").read_text())

@@ -21,6 +21,8 @@ from app.launcher.pod import CONTAINER
 TIMEOUT = (5.0, 30.0)  # connect, read
 # A followed log that stays silent this long is opened again (the follower skips what it has).
 LOG_READ_TIMEOUT = 300.0
+# 0 would be a force delete: the Pod leaves the API server at once, while its container may run on.
+DELETE_GRACE_SECONDS = 1
 
 
 class KubeUnreachable(Exception):
@@ -88,9 +90,13 @@ class Kube:
         return self._json(self.core.list_namespaced_pod, self.namespace, label_selector=selector)["items"]
 
     def delete(self, name: str, uid: str) -> bool:
-        """Delete Pod `name` only if it is still the Pod `uid` (the precondition), at once;
-        False if it is gone or is another Pod now (409), which is then left alone."""
-        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid), grace_period_seconds=0)
+        """Delete Pod `name` only if it is still the Pod `uid` (the precondition); False if it
+        is gone or is another Pod now (409), which is then left alone. The grace period is the
+        shortest that is not a force delete: the container is stopped at once (SIGTERM, SIGKILL
+        a second later), and the Pod stays listed, with a deletionTimestamp, until its kubelet
+        confirms that it stopped, so that "gone" means stopped (contract 9.5)."""
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid),
+                                         grace_period_seconds=DELETE_GRACE_SECONDS)
         try:
             self._json(self.core.delete_namespaced_pod, name, self.namespace, body=options)
             return True

@@ -5,7 +5,9 @@ import json
 import sys
 from typing import Any
 
+from app.launcher import metrics
 from app.launcher.pod import manifest
+from app.launcher.settings import from_args, pod_spec_settings
 from app.worker import tracing
 from app.worker.main import agent_log
 from app.worker.state import StateDirBusy
@@ -15,8 +17,6 @@ EXTRA = "fenceline launcher needs the kubernetes extra: pip install 'fenceline[k
 
 
 def run_launcher(args: argparse.Namespace) -> int:
-    from app.launcher.settings import from_args
-
     try:
         settings = from_args(args)
     except (ValueError, OSError) as exc:
@@ -34,6 +34,12 @@ def run_launcher(args: argparse.Namespace) -> int:
     except (config.ConfigException, OSError) as exc:
         print(f"fenceline launcher: no Kubernetes configuration: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if settings.metrics_port is not None:
+        try:
+            metrics.serve(settings.metrics_port)
+        except OSError as exc:
+            print(f"fenceline launcher: --metrics-port {settings.metrics_port}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
     tracing.start()
     try:
         return launcher.run()
@@ -54,8 +60,7 @@ def pod_spec(args: argparse.Namespace) -> int:
         item: Any = json.loads(text)
         if isinstance(item, dict) and "items" in item:  # a whole claim answer: its first item
             item = item["items"][0]
-        pod = manifest(item, namespace=args.namespace or "default", launcher=args.seat or "launcher",
-                       service_account=args.service_account)
+        pod = manifest(item, **pod_spec_settings(args))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         print(f"fenceline launcher pod-spec: not a WorkItem ({type(exc).__name__}: {exc})", file=sys.stderr)
         return EXIT_USAGE

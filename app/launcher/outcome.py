@@ -31,6 +31,12 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
     return (container_status(pod).get("state") or {}).get("terminated")
 
 
+def stopped(pod: dict[str, Any]) -> bool:
+    """No user code runs in the Pod any more, nor ever will: its container terminated (its
+    restart policy is Never), or the Pod ended."""
+    return terminated(pod) is not None or (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+
+
 def started(pod: dict[str, Any]) -> bool:
     """The task's container has started (user code ran), whether it still runs or not."""
     state = container_status(pod).get("state") or {}
@@ -79,16 +85,21 @@ def _infra_cause(pod: dict[str, Any], deleted_by_launcher: bool) -> Outcome | No
 
 
 def from_message(message: str | None) -> Outcome | None:
-    """A richer outcome the task wrote as JSON to its termination message:
-    {"state": "rescheduled", "reschedule_at": "<ISO 8601 with a zone>"} or
-    {"state": "unexecutable", "reason": "<infra reason>"}; anything else is ignored."""
+    """The outcome the task recorded as JSON in its termination message, when the message is
+    valid: an object whose `state` is `success` or `failed`, `rescheduled` with a
+    `reschedule_at` (ISO 8601 with a zone), or `unexecutable` with an infrastructure `reason`;
+    other members are ignored. Anything else (not JSON, cut short, another state, a field
+    missing or wrong) is no record: the exit code decides."""
     try:
         said = json.loads(message or "")
     except ValueError:
         return None
     if not isinstance(said, dict):
         return None
-    if said.get("state") == "rescheduled":
+    state = said.get("state")
+    if state in ("success", "failed"):
+        return Outcome(state, None, f"the termination message records {state}")
+    if state == "rescheduled":
         try:
             when = datetime.fromisoformat(str(said.get("reschedule_at")))
         except ValueError:
@@ -96,13 +107,15 @@ def from_message(message: str | None) -> Outcome | None:
         if when.tzinfo is None:
             return None
         return Outcome("rescheduled", None, "the termination message asks to be rescheduled", when.isoformat())
-    if said.get("state") == "unexecutable" and said.get("reason") in INFRA_REASONS:
+    if state == "unexecutable" and said.get("reason") in INFRA_REASONS:
         return Outcome("unexecutable", said["reason"], "the termination message names an infrastructure fault")
     return None
 
 
 def outcome_of(pod: dict[str, Any], *, deleted_by_launcher: bool = False) -> Outcome | None:
-    """The attempt's outcome once the Pod shows one, else None (still pending or running)."""
+    """The attempt's outcome once the Pod shows one, else None (still pending or running). A
+    valid termination message is the durable record of the outcome: it wins over the exit
+    code and the termination reason (a task killed after it wrote its success succeeded)."""
     end = terminated(pod)
     if end is not None:
         code = end.get("exitCode")

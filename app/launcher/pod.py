@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from app.telemetry.traceparent import run_traceparent
 from app.worker.process import task_env
 
 PREFIX = "fenceline.io/"
@@ -24,6 +25,8 @@ LABELS = {"dag-id": "dag_id", "task-id": "task_id", "run-id": "run_id", "map-ind
 # The selector of one try on the API server (teardown): the epoch is filtered in code, because
 # a Pod with no epoch label is epoch 0 and a selector cannot say "absent or 0".
 TRY_SELECTOR = ("dag-id", "run-id", "task-id", "map-index", "try-number")
+# The selector of a task instance's Pods, every try and epoch, whichever launcher made them.
+TI_SELECTOR = ("dag-id", "run-id", "task-id", "map-index")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 LABEL_MAX = 63
 
@@ -56,6 +59,11 @@ def try_selector(correlation: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in attempt_labels(correlation, TRY_SELECTOR).items())
 
 
+def ti_selector(correlation: dict[str, Any]) -> str:
+    """The server-side selector of every Pod of the attempt's task instance."""
+    return ",".join(f"{k}={v}" for k, v in attempt_labels(correlation, TI_SELECTOR).items())
+
+
 def epoch_of(pod: dict[str, Any]) -> int:
     """The Pod's attempt epoch: its label, and 0 when the label is absent (or unreadable)."""
     value = labels_of(pod).get(PREFIX + "attempt-epoch")
@@ -80,16 +88,35 @@ def is_attempt_pod(pod: dict[str, Any], correlation: dict[str, Any]) -> bool:
     return (ti is None or ti == str(correlation["ti_id"])) and epoch_of(pod) == int(correlation["attempt_epoch"])
 
 
-def manifest(item: dict[str, Any], *, namespace: str, launcher: str, traceparent: str | None = None,
-             service_account: str | None = None) -> dict[str, Any]:
-    """The Pod a WorkItem (as the claim returns it) runs as. No credential goes inside: the
-    launcher keeps the attempt token, and no service-account token is mounted."""
+def superseded_by(pod: dict[str, Any], correlation: dict[str, Any]) -> bool:
+    """The Pod is of an earlier attempt of the task instance than `correlation`'s: an earlier
+    try, or an earlier epoch of the same try (no epoch label is epoch 0)."""
+    labels = labels_of(pod)
+    if any(labels.get(k) != v for k, v in attempt_labels(correlation, TI_SELECTOR).items()):
+        return False
+    ti = ((pod.get("metadata") or {}).get("annotations") or {}).get(PREFIX + "ti-id")
+    if ti is not None and ti != str(correlation["ti_id"]):
+        return False
+    try:
+        try_number = int(labels[PREFIX + "try-number"])
+    except (KeyError, ValueError):
+        return False  # names no try: not an attempt's Pod this launcher can place
+    return (try_number, epoch_of(pod)) < (int(correlation["try_number"]), int(correlation["attempt_epoch"]))
+
+
+def manifest(item: dict[str, Any], *, namespace: str, launcher: str, service_account: str | None = None,
+             traceparent: str | None = None) -> dict[str, Any]:
+    """The Pod a WorkItem (as the claim returns it) runs as: the one function that builds both
+    the Pods the launcher creates and what `fenceline launcher pod-spec` prints. No credential
+    goes inside: the launcher keeps the attempt token, and no service-account token is mounted.
+    TRACEPARENT is the attempt's span when the launcher traces (its span id is drawn then),
+    else the run's root, which is all a Pod printed ahead can name."""
     payload, correlation = item["payload"], item["correlation"]
     annotations = {PREFIX + label: str(correlation[field]) for label, field in LABELS.items()
                    if correlation.get(field) is not None}
     annotations[PREFIX + "ti-id"] = str(correlation["ti_id"])
     annotations[PREFIX + "fencing-token"] = str(correlation["attempt_epoch"])  # contract 11.1, as the env says
-    env = task_env(payload, correlation, {}, traceparent)
+    env = task_env(payload, correlation, {}, traceparent or run_traceparent(correlation))
     container: dict[str, Any] = {
         "name": CONTAINER, "image": payload["image"], "args": list(payload.get("args") or []),
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],

@@ -9,6 +9,8 @@ so it keeps every guarantee the worker keeps. What differs:
   non-idempotent, a Pod that never started is re-placed; one that did is not);
 - the attempt heartbeats only while a fresh listing shows its Pod alive, so a launcher that
   cannot see the API server stops vouching for the Pod (and settles nothing);
+- before the Pod is created, the Pods of the task instance's earlier attempts are deleted and
+  waited for (app/launcher/replace.py);
 - on should_terminate the Pod is deleted at once; when the launcher stops, the Pod runs on,
   and the next start adopts it.
 """
@@ -20,6 +22,7 @@ from typing import Any
 from app.launcher import outcome as pods
 from app.launcher.kube import Kube, KubeRefused, KubeUnreachable
 from app.launcher.pod import is_attempt_pod, manifest, pod_name, try_selector
+from app.launcher.replace import Predecessors
 from app.launcher.watch import PodWatch
 from app.worker.api import Backoff, Refused, Stale, retrying
 from app.worker.context import Context
@@ -63,6 +66,7 @@ class PodRunner(TaskRunner):
         if record is not None:  # adopted after a restart: the log is read again from its start
             self.record.update(record)
             self.ctx.state.spool(self.key).unlink(missing_ok=True)
+        self.predecessors = Predecessors(kube, self.correlation, ctx.settings.poll_interval, self.log, self.name)
         self.follower: threading.Thread | None = None
         self.log_seen = ""  # the timestamp of the last log line written to the spool
         self.kube_down = False
@@ -72,14 +76,23 @@ class PodRunner(TaskRunner):
         try:
             super().run()
         finally:
+            self.predecessors.overlap_ended()
             self.watch.release(self.pod_name)
 
     def _run(self) -> None:
         if not self.payload.get("image"):
             self._finish(Outcome("unexecutable", "dispatch_failed", "the payload names no image to run as a Pod"))
             return
-        if self.record["pod_uid"] is None and not self._create():
-            return
+        if self.record["pod_uid"] is None:
+            try:
+                self.predecessors.wait_stopped(self.ctx.settings.replacement_wait, self.ctx.stopping,
+                                               lambda: self._tend(time.monotonic()))
+            except Lost as exc:
+                self.log.warning("%s: %s — before its Pod was created, reporting nothing", self.name, exc)
+                self.ctx.state.forget_attempt(self.key)
+                return
+            if not self._create():
+                return
         try:
             outcome = self._supervise_pod()
         except Lost as exc:
@@ -124,6 +137,7 @@ class PodRunner(TaskRunner):
                 self.ctx.stopping.wait(backoff.next_delay())
         self.record.update(pod_uid=created["metadata"]["uid"], created_at=time.time())
         self.ctx.state.save_attempt(self.key, self.record)
+        self.predecessors.replacement_created()
         self.log.info("%s: created Pod %s (uid %s)", self.name, self.pod_name, self.record["pod_uid"])
         return True
 
@@ -158,7 +172,9 @@ class PodRunner(TaskRunner):
                 if not pods.started(pod) and time.time() > started_by:
                     return self._ending(pod, pods.never_started(pod, self.ctx.settings.start_deadline))
                 alive = True
-            self._tend(time.monotonic(), beat=alive)
+            now = time.monotonic()
+            self.predecessors.tend(now)
+            self._tend(now, beat=alive)
             self.watch.wait(TICK)
         return None
 

@@ -93,6 +93,8 @@ class PodWatch:
     def _sweep(self, found: list[dict[str, Any]]) -> None:
         for pod in found:
             meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue  # being deleted: listed until its kubelet confirms it stopped
             with self.changed:
                 if meta["name"] in self.held:
                     continue

@@ -13,11 +13,20 @@ subresource). It runs a Pod's container as a small script in the container's arg
 with status N, `oom` is OOM-killed, `message:TEXT` sets the termination message, and
 `epoch:N:STEP` runs STEP in the attempt of epoch N only. The image
 `fenceline.test/never-pulls` never pulls.
+
+Deletion is as a cluster does it: a Pod bound to a node and deleted with a grace period (the
+default is 30 s) is only marked (`deletionTimestamp`) and stays listed until its kubelet has
+stopped its container and confirms it; a force delete (grace period 0), or the delete of a Pod
+no node took, removes it at once. A Pod on a partitioned node (`Kubelet.partition`) keeps
+running and stays listed until the partition heals. The cluster keeps the history of its Pods
+(created, deleted, gone) and the kubelet the time each container ran, so a test can tell whether two
+ever ran at once.
 """
 
 import asyncio
 import itertools
 import threading
+import time
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -31,6 +40,8 @@ import kmock
 import yaml
 
 PODS = kmock.resource("", "v1", "pods")
+# What keeps a deleted Pod listed until its kubelet confirms that its containers stopped.
+KUBELET_CONFIRMS = "fenceline.test/kubelet-confirms-stop"
 NAMESPACE = "tasks"
 NEVER_PULLS = "fenceline.test/never-pulls"
 IMAGE = "fenceline.test/script"
@@ -48,6 +59,8 @@ class Cluster(kmock.KubernetesEmulator):
     versions: Any = attrs.field(factory=lambda: itertools.count(1))
     changed: asyncio.Event | None = None
     closing: bool = False
+    # (monotonic, what, Pod name): created, deleted (a delete asked for), gone (no longer listed)
+    history: list[tuple[float, str, str]] = attrs.field(factory=list)
 
     def _pod(self, namespace: str | None, name: str | None) -> dict[str, Any] | None:
         key = (PODS, namespace, name)
@@ -67,6 +80,7 @@ class Cluster(kmock.KubernetesEmulator):
                 meta.update(namespace=request.namespace, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(),
                             resourceVersion=str(next(self.versions)))
                 request.data["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+                self.history.append((time.monotonic(), "created", meta.get("name")))
             elif request.action == kmock.action.DELETE and request.name:
                 want = ((request.data or {}).get("preconditions") or {}).get("uid")
                 pod = self._pod(request.namespace, request.name)
@@ -74,17 +88,36 @@ class Cluster(kmock.KubernetesEmulator):
                     raise kmock.KubernetesError(status=409, reason="Conflict", message=(
                         f"Precondition failed: UID in precondition: {want}, UID in object meta: "
                         f"{pod['metadata']['uid']}"))
+                if pod is not None:
+                    self.history.append((time.monotonic(), "deleted", request.name))
+                    self._deleting(request, pod)
             elif request.action == kmock.action.LIST:
                 return self._list(request)
             elif request.action == kmock.action.FETCH and request.subresource == "log":
                 return await self._log(request)
             elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
                 request.data.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
+            name = request.name or ((request.data or {}).get("metadata") or {}).get("name")
+            existed = self._pod(request.namespace, name) is not None
             try:
                 return await super()._handle(request)
             finally:
+                if existed and self._pod(request.namespace, name) is None:
+                    self.history.append((time.monotonic(), "gone", name))
                 self._ping()
         return await super()._handle(request)
+
+    def _deleting(self, request: kmock.Request, pod: dict[str, Any]) -> None:
+        """A graceful delete of a Pod on a node marks it, to be removed once its kubelet
+        confirms; a force delete removes it now, marked or not."""
+        grace = (request.data or {}).get("gracePeriodSeconds")
+        grace = 30 if grace is None else int(grace)
+        obj = self.objects[(PODS, request.namespace, request.name)]
+        if grace > 0 and (pod.get("spec") or {}).get("nodeName"):
+            if not pod["metadata"].get("deletionTimestamp"):  # kmock marks it, for the finalizer
+                obj.patch({"metadata": {"finalizers": [KUBELET_CONFIRMS], "deletionGracePeriodSeconds": grace}})
+        elif pod["metadata"].get("finalizers"):
+            obj.patch({"metadata": {"finalizers": None}})
 
     def _list(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         selector = [term.split("=", 1) for term in (request.params.get("labelSelector") or "").split(",") if term]
@@ -217,6 +250,9 @@ class RunningCluster:
     def write_log(self, name: str, text: str) -> None:
         self.in_loop(self.cluster.write_log, NAMESPACE, name, text)
 
+    def history(self) -> list[tuple[float, str, str]]:
+        return self.in_loop(lambda: list(self.cluster.history))
+
     def deletes(self) -> list[str]:
         """The names of the Pods a DELETE was sent for, in order (what the launcher asked)."""
         return [r.name for r in list(self.cluster) if r.action == kmock.action.DELETE and r.resource == PODS]
@@ -235,6 +271,8 @@ class Kubelet:
         self.cluster, self.tick = cluster, tick
         self.gates: dict[str, threading.Event] = defaultdict(threading.Event)
         self.running: dict[str, threading.Thread] = {}  # by Pod uid
+        self.ran: dict[str, list[float | None]] = {}  # by Pod name: [start, end] of its container, monotonic
+        self.partitioned: set[str] = set()  # names of Pods on a node cut off from the API server
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.http = httpx.Client(base_url=cluster.url, timeout=10)
@@ -252,6 +290,14 @@ class Kubelet:
     def open(self, gate: str) -> None:
         self.gates[gate].set()
 
+    def partition(self, *names: str) -> None:
+        """The nodes of these Pods lose the API server: their containers run on, and a
+        deletion of them is not confirmed, until `heal`."""
+        self.partitioned.update(names)
+
+    def heal(self) -> None:
+        self.partitioned.clear()
+
     def _loop(self) -> None:
         while not self.stop.wait(self.tick):
             try:
@@ -259,11 +305,34 @@ class Kubelet:
             except httpx.HTTPError:
                 continue
             for pod in pods:
-                uid = pod["metadata"]["uid"]
-                if uid not in self.running and pod["status"].get("phase") == "Pending" \
+                uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+                if pod["metadata"].get("deletionTimestamp"):
+                    thread = self.running.get(uid)
+                    if name not in self.partitioned and (thread is None or not thread.is_alive()):
+                        self._confirm_stopped(pod)
+                elif uid not in self.running and pod["status"].get("phase") == "Pending" \
                         and not pod["status"].get("containerStatuses"):
                     self.running[uid] = threading.Thread(target=self._run, args=(pod,), daemon=True)
                     self.running[uid].start()
+
+    def _confirm_stopped(self, pod: dict[str, Any]) -> None:
+        """A deleted Pod: its container killed if it still ran (the grace period is not
+        waited out here), then its removal confirmed."""
+        name, status = pod["metadata"]["name"], pod.get("status") or {}
+        state = ((status.get("containerStatuses") or [{}])[0]).get("state") or {}
+        if "running" in state:
+            self.terminate(name, 137, "Error", started=state["running"].get("startedAt"))
+        if (ran := self.ran.get(name)) and ran[1] is None:
+            ran[1] = time.monotonic()
+        self.cluster.patch(name, {"metadata": {"finalizers": None}})
+
+    def _stopping(self, name: str) -> bool:
+        """The container is to stop: the kubelet stops, or the Pod was deleted (unless its node
+        cannot hear of it)."""
+        if self.stop.is_set():
+            return True
+        pod = self.cluster.pod(name)
+        return pod is None or (bool(pod["metadata"].get("deletionTimestamp")) and name not in self.partitioned)
 
     def _status(self, name: str, status: dict[str, Any]) -> bool:
         return self.cluster.patch(name, {"status": status}, "status")
@@ -282,6 +351,7 @@ class Kubelet:
         if not self._status(name, {"phase": "Running", "startTime": started,
                                    **container({"running": {"startedAt": started}})}):
             return
+        self.ran[name] = [time.monotonic(), None]
         code, reason, message = 0, "Completed", None
         env = {e["name"]: e.get("value") for e in spec.get("env") or []}
         for step in spec.get("args") or []:
@@ -295,8 +365,8 @@ class Kubelet:
                 self.cluster.write_log(name, arg)
             elif verb == "wait":
                 while not self.gates[arg].wait(0.05):
-                    if self.stop.is_set() or self.cluster.pod(name) is None:
-                        return  # deleted while it ran: its container is gone with it
+                    if self._stopping(name):
+                        return  # deleted while it ran: the loop stops its container
             elif verb == "message":
                 message = arg
             elif verb == "exit":
@@ -314,6 +384,8 @@ class Kubelet:
         """The container ends with `code` and `reason`; `pod_status` adds to the Pod's status."""
         end = {"exitCode": code, "reason": reason, "startedAt": started or now_rfc3339(), "finishedAt": now_rfc3339(),
                **({"message": message} if message else {})}
+        if (ran := self.ran.get(name)) and ran[1] is None:
+            ran[1] = time.monotonic()
         phase = "Succeeded" if code == 0 else "Failed"
         self._status(name, {"phase": phase, **container({"terminated": end}), **(pod_status or {})})
 

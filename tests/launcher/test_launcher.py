@@ -2,9 +2,13 @@
 `fenceline launcher` as a process."""
 
 import json
+import subprocess
+import sys
+
+import yaml
 
 from tests.launcher.cluster import NEVER_PULLS
-from tests.launcher.conftest import image_task, settled, wait_until
+from tests.launcher.conftest import REPO, image_task, settled, wait_until
 from tests.support.api import Operator, json_of
 from tests.support.tcp_proxy import TcpProxy
 
@@ -45,6 +49,35 @@ class TestOnePodPerAttempt:
         assert "hello from the pod\nbye\n" in log
         assert "[fenceline-launcher] the container exited with status 0: reporting success" in log
         assert launcher.stop() == 0
+
+    def test_pod_spec_prints_the_pod_the_launcher_created_for_the_same_work_item(self, serve, cluster, kubelet,
+                                                                                launchers):
+        """Contract 9.6: the manifest a user inspects is the one that runs, TRACEPARENT included."""
+        server = serve()
+        operator = Operator(server.client())
+        launcher = launchers(server, "--service-account", "etl")
+        task = image_task("t", "wait:go")
+        task["payload"].update(env={"MODE": "full"}, timeout_seconds=60, resources={"cpu": "100m", "memory": "64Mi"})
+        operator.create_run(task)
+        created = one_pod(cluster)
+        [record] = wait_until(lambda: list((launcher.state_dir / "attempts").glob("*.json")), "the attempt record")
+        held = json.loads(record.read_text())
+        work_item = {k: held[k] for k in ("payload", "correlation", "attempt_token")}  # as the claim answered it
+        printed = subprocess.run(
+            [sys.executable, "-m", "app.cli", "launcher", "pod-spec", "-", "--namespace", "tasks",
+             "--seat", "launcher-1", "--service-account", "etl"],
+            input=json.dumps({"items": [work_item]}), capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert printed.returncode == 0, printed.stderr
+        # What the API server and the kubelet added to the Pod the launcher sent.
+        server_side = ("uid", "resourceVersion", "creationTimestamp")
+        created["metadata"] = {k: v for k, v in created["metadata"].items() if k not in server_side}
+        created["spec"] = {k: v for k, v in created["spec"].items() if k != "nodeName"}
+        created.pop("status")
+        assert yaml.safe_load(printed.stdout) == created
+        env = {e["name"]: e["value"] for e in created["spec"]["containers"][0]["env"]}
+        assert env["TRACEPARENT"].startswith("00-") and env["MODE"] == "full"
+        kubelet.open("go")
+        assert settled(operator)["state"] == "success"
 
 
 def attempts(operator, ti_id: str) -> list[tuple]:
@@ -110,6 +143,18 @@ class TestOutcomes:
         operator.create_run(image_task("t", f"message:{message}", "exit:0"))
         ti = wait_until(lambda: (t := operator.find_ti("t"))["state"] == "up_for_reschedule" and t, "the deferral")
         assert ti["try_number"] == 1
+
+    def test_a_success_in_the_termination_message_wins_over_a_killed_container(self, serve, cluster, kubelet,
+                                                                            launchers):
+        """#543: the task wrote {"state": "success"}, then was killed (exit 137) before it exited."""
+        server = serve()
+        operator = Operator(server.client())
+        launchers(server)
+        operator.create_run(image_task("t", "echo:work done", 'message:{"state": "success"}', "exit:137", retries=1))
+        done = settled(operator)
+        assert (done["state"], done["try_number"]) == ("success", 1), "no try spent"
+        assert attempts(operator, done["ti_id"]) == [(1, 1, "success", None)]
+        assert "the termination message records success" in operator.log(done["ti_id"])
 
 
 class TestTheLabelFence:

@@ -81,9 +81,20 @@ class TestTerminationMessage:
         found = outcome_of(pod("Failed", ended(1, "Error", message=message)))
         assert (found.state, found.reason) == ("unexecutable", "node_lost")
 
-    @pytest.mark.parametrize("message", ["plain text", '{"state": "success"}', '{"state": "rescheduled"}',
+    @pytest.mark.parametrize(("code", "reason"), [(137, "Error"), (137, "OOMKilled"), (143, "Error"), (1, "Error")])
+    def test_a_success_it_records_wins_over_the_exit_code(self, code, reason):
+        """#543: the task wrote its success, then was killed (or failed) before it exited 0."""
+        found = outcome_of(pod("Failed", ended(code, reason, message='{"state": "success"}')))
+        assert (found.state, found.reason) == ("success", None), found.why
+
+    def test_a_failure_it_records_wins_over_exit_0(self):
+        found = outcome_of(pod("Succeeded", ended(0, "Completed", message='{"state": "failed", "rows": 3}')))
+        assert found.state == "failed"
+
+    @pytest.mark.parametrize("message", ["plain text", '{"state": "done"}', '{"state": "rescheduled"}',
                                          '{"state": "rescheduled", "reschedule_at": "2026-12-01T00:00:00"}',
-                                         '{"state": "unexecutable", "reason": "tired"}', "[1, 2]"])
+                                         '{"state": "unexecutable", "reason": "tired"}', '{"state": "unexecutable"}',
+                                         '"success"', '{"status": "success"}', "[1, 2]", '{"state": "succ'])
     def test_anything_else_is_ignored(self, message):
         assert outcome_of(pod("Failed", ended(2, "Error", message=message))).state == "failed"
 

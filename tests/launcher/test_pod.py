@@ -1,6 +1,7 @@
 """The Pod of an attempt and the label fence (contract 9.2, 9.3): the pure parts on Pod
 objects, and the teardown against the emulated API server."""
 
+import io
 import json
 import subprocess
 import sys
@@ -11,8 +12,18 @@ import yaml
 
 from app.cli import main
 from app.launcher.kube import Kube, load_configuration
-from app.launcher.pod import epoch_of, is_attempt_pod, label_safe, manifest, pod_name, try_selector
+from app.launcher.pod import (
+    epoch_of,
+    is_attempt_pod,
+    label_safe,
+    manifest,
+    pod_name,
+    superseded_by,
+    ti_selector,
+    try_selector,
+)
 from app.launcher.runner import stamp_order, teardown
+from app.telemetry.traceparent import run_traceparent
 from tests.launcher.cluster import IMAGE, NAMESPACE
 from tests.launcher.conftest import REPO
 
@@ -82,6 +93,20 @@ class TestTheFence:
                       correlation(2, 5, task_id="other")):
             assert not is_attempt_pod(pod, other)
 
+    def test_an_earlier_try_or_epoch_of_the_task_instance_is_superseded_whichever_launcher_made_it(self):
+        current = correlation(2, 3)
+        for earlier in ((1, 1), (1, 7), (2, 1), (2, 2)):
+            assert superseded_by(manifest(item(*earlier), namespace="tasks", launcher="other"), current), earlier
+        legacy = manifest(item(2, 3), namespace="tasks", launcher="l")
+        del legacy["metadata"]["labels"]["fenceline.io/attempt-epoch"]
+        assert superseded_by(legacy, current), "no epoch label: epoch 0"
+        for not_earlier in ((2, 3), (2, 4), (3, 1)):
+            assert not superseded_by(manifest(item(*not_earlier), namespace="tasks", launcher="l"), current)
+        another_ti = manifest(item(1, 1), namespace="tasks", launcher="l")
+        another_ti["metadata"]["annotations"]["fenceline.io/ti-id"] = str(uuid.uuid4())
+        assert not superseded_by(another_ti, current)
+        assert "try-number" not in ti_selector(current) and "task-id=load" in ti_selector(current)
+
     def test_the_try_selector_names_no_epoch(self):
         assert "attempt-epoch" not in try_selector(correlation()) and "try-number=1" in try_selector(correlation())
 
@@ -138,12 +163,24 @@ def test_log_timestamps_sort_in_time_order():
 
 class TestCommandLine:
     def test_pod_spec_prints_the_pod_a_work_item_gets(self):
-        done = subprocess.run([sys.executable, "-m", "app.cli", "launcher", "pod-spec", "-", "--namespace", "tasks"],
+        done = subprocess.run([sys.executable, "-m", "app.cli", "launcher", "pod-spec", "-", "--namespace", "tasks",
+                               "--seat", "launcher-1"],
                               input=json.dumps({"items": [item()]}), capture_output=True, text=True, cwd=REPO,
                               timeout=60)
         assert done.returncode == 0, done.stderr
         pod = yaml.safe_load(done.stdout)
-        assert pod == manifest(item(), namespace="tasks", launcher="launcher")
+        assert pod == manifest(item(), namespace="tasks", launcher="launcher-1")
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert env["TRACEPARENT"] == run_traceparent(correlation()), "the run's trace, as the launcher's Pods carry"
+
+    def test_pod_spec_takes_the_launchers_settings_of_the_pod(self, monkeypatch, capsys):
+        monkeypatch.setenv("FENCELINE_LAUNCHER_NAMESPACE", "tasks")
+        monkeypatch.setenv("FENCELINE_LAUNCHER_SEAT", "launcher-7")
+        monkeypatch.setenv("FENCELINE_LAUNCHER_POD_SERVICE_ACCOUNT", "etl")
+        monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(item())))
+        assert main(["launcher", "pod-spec", "-"]) == 0
+        printed = yaml.safe_load(capsys.readouterr().out)
+        assert printed == manifest(item(), namespace="tasks", launcher="launcher-7", service_account="etl")
 
     def test_pod_spec_refuses_what_is_not_a_work_item(self, tmp_path, capsys):
         (tmp_path / "x.json").write_text('{"payload": {}}')
@@ -155,6 +192,8 @@ class TestCommandLine:
         (["--poll-interval", "soon"], "--poll-interval: 'soon' is not a number of seconds"),
         (["--concurrency", "0"], "--concurrency: must be at least 1, not 0"),
         (["--queues", ","], "--queues: must name at least one queue"),
+        (["--replacement-wait", "0"], "--replacement-wait: must be above 0, not 0"),
+        (["--metrics-port", "70000"], "--metrics-port: must be a TCP port, 1 to 65535, not 70000"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "no Kubernetes configuration"),
     ])
     def test_bad_settings_are_one_line_and_exit_2(self, flags, says, monkeypatch, capsys, tmp_path):
