@@ -2,7 +2,6 @@
 `fenceline launcher` as a process."""
 
 import json
-import time
 
 from tests.launcher.cluster import NEVER_PULLS
 from tests.launcher.conftest import image_task, settled, wait_until
@@ -95,9 +94,7 @@ class TestOutcomes:
         operator = Operator(server.client())
         launchers(server, "--start-deadline", "1")
         operator.create_run({**image_task("t", max_infra_attempts=0), "payload": {"image": NEVER_PULLS}})
-        started = time.monotonic()
-        done = settled(operator)
-        assert time.monotonic() - started < 10
+        done = settled(operator)  # without the deadline the Pod would wait for its image forever
         assert (done["state"], done["last_failure_reason"]) == ("infra_failed", "dispatch_failed")
         assert done["try_number"] == 1
         wait_until(lambda: not cluster.pods(), "the Pod deleted")
