@@ -24,7 +24,7 @@ from app.db.engine import make_engine, reading, single_statements
 from app.db.types import utcnow
 from app.execution.claims import Claims
 from app.execution.hub import Hub
-from app.execution.reapers import ReaperThread
+from app.execution.reapers import DatabaseReach, ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
 from app.identity.router import router as identity_router
@@ -81,9 +81,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             startup.hand_over_password(installation.generated_password, settings, say, terminal=sys.stdout.isatty())
         if store_note is not None:
             say(store_note)
+        # The database was just reached (bootstrap): silence before now does not count toward
+        # the lost thresholds of this process's sweeps, the reaper's and /v1/admin/reap's.
+        app.state.database_reach = DatabaseReach()
         reaper = None
         if settings.reaper_interval_seconds > 0:
-            reaper = ReaperThread(app.state.engine, settings, app.state.backoff, app.state.retention)
+            reaper = ReaperThread(app.state.engine, settings, app.state.backoff, app.state.retention,
+                                  app.state.database_reach)
             reaper.start()
         await app.state.wakeups.start()
         yield
@@ -124,6 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                          settings.log_max_attempt_bytes)  # the log entries of a batch
     app.state.check_routes = check_routes  # routing's, handed to orchestration's run creation
     app.state.retention = Retention.from_settings(settings, app.state.log_store)  # the reaper's, and /v1/admin/reap's
+    app.state.database_reach = DatabaseReach()  # made again once the lifespan has reached the database
     install_error_handlers(app)
     install_fault_handler(app)  # the log store's
     app.add_middleware(Ingress, limits=Limits.from_settings(settings),  # before the URL check

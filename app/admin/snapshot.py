@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError, StatementError
 from sqlmodel import Session
 
 from app import models  # noqa: F401  (registers every table)
+from app.admin.consistency import contradictions
 from app.db.types import UTCDateTime, metadata
 from app.errors import AppError
 from app.identity.schemas import Labels, SeatName
@@ -127,10 +128,15 @@ def _offending(name: str, rows: Any) -> list[str]:
     return found
 
 
+def _named(why: str, rows: list[str]) -> str:
+    more = f" (and {len(rows) - SHOWN} more)" if len(rows) > SHOWN else ""
+    return f"{why}: {'; '.join(rows[:SHOWN])}{more}."
+
+
 def restore(*, session: Session, document: dict[str, Any]) -> dict[str, int]:
     """Load `document` into an empty database; answers the row count per table. Every row is
-    held to the API's rules first, and one that breaks them refuses the whole document, naming
-    the rows."""
+    held to the API's rules first, and the rows to each other (app/admin/consistency.py): one
+    that breaks them refuses the whole document, every such row named."""
     if document.get("format") != FORMAT or not isinstance(document.get("tables"), dict):
         raise AppError(422, "invalid-snapshot", "Invalid snapshot", f"Expected a {FORMAT} document.")
     known = {t.name: t for t in _tables()}
@@ -138,10 +144,12 @@ def restore(*, session: Session, document: dict[str, Any]) -> dict[str, int]:
     if unknown:
         raise AppError(422, "invalid-snapshot", "Invalid snapshot", f"Unknown tables: {sorted(unknown)}.")
     offending = [where for name, rows in document["tables"].items() for where in _offending(name, rows)]
-    if offending:
-        more = f" (and {len(offending) - SHOWN} more)" if len(offending) > SHOWN else ""
+    contradicting = contradictions(document["tables"])
+    if offending or contradicting:
         raise AppError(422, "invalid-snapshot", "Invalid snapshot",
-                       f"Rows break the API's rules: {'; '.join(offending[:SHOWN])}{more}.", rows=offending)
+                       " ".join(_named(why, rows) for why, rows in (("Rows break the API's rules", offending),
+                                                                    ("Rows contradict each other", contradicting))
+                                if rows), rows=offending + contradicting)
     for table in known.values():
         if session.execute(select(func.count()).select_from(table).where(*_unseeded(table))).scalar():
             raise AppError(409, "database-not-empty", "Database not empty",

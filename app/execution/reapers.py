@@ -8,6 +8,12 @@ The periodic sweep runs in one process of all those on a PostgreSQL database (`s
 --workers N`, replicas): the one whose reaper holds the session-level leader lock, on a
 connection it keeps; when that process ends, its connection and lock go with it and another
 process's reaper takes over at its next interval.
+
+An outage of the control plane is nobody's fault (contract 2.6): each process counts silence
+toward the agent-lost and dispatch-lost thresholds only from when it last began to reach the
+database without a break (its start, or its first contact after a failed one: DatabaseReach),
+so after a database outage, or a restart of every replica, the thresholds start again
+(docs/decisions/0009-outages-restart-the-lost-thresholds.md).
 """
 
 import logging
@@ -20,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy import Connection, Engine, or_, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from app.auth.attempt_key import AttemptKey
@@ -65,10 +72,33 @@ class Thresholds:
                    timedelta(seconds=settings.dispatch_lost_after_seconds))
 
 
-def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime) -> list[Candidate]:
+class DatabaseReach:
+    """Since when this process has reached the database without a break: from its start, and
+    again from its first contact after a failed one. Before that, no replica's record of a
+    heartbeat can be trusted to be there, so silence before it does not count. Written by the
+    reaper's thread, read by sweeps on any thread (one attribute: no lock needed)."""
+
+    def __init__(self) -> None:
+        self.since: datetime | None = utcnow()  # None while the database cannot be reached
+
+    def lost(self) -> None:
+        self.since = None
+
+    def reached(self) -> bool:
+        """A contact succeeded; True when it ends a break (the thresholds start again now)."""
+        if self.since is not None:
+            return False
+        self.since = utcnow()
+        return True
+
+
+def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime,
+                    counting_since: datetime | None = None) -> list[Candidate]:
     """agent-lost: running with a heartbeat older than the threshold; dispatch-lost: queued,
     never reported running, for longer than the threshold; worker-lost: in flight on an
-    execution that was superseded or observed terminal."""
+    execution that was superseded or observed terminal. Silence before `counting_since` (a
+    DatabaseReach's) does not count: until a threshold has passed since then, nothing is
+    agent- or dispatch-lost."""
     cols = (TaskInstance.id, TaskInstance.state, TaskInstance.try_number, TaskInstance.attempt_epoch,
             TaskInstance.dag_run_id)
     queries = {
@@ -82,6 +112,10 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime) 
             from_sources(s.WORKER_LOST),
             or_(Execution.superseded_by.is_not(None), Execution.obs_terminal.is_(True))),
     }
+    counted = now - counting_since if counting_since is not None else None
+    for rail, threshold in ((s.AGENT_LOST, thresholds.agent_lost), (s.DISPATCH_LOST, thresholds.dispatch_lost)):
+        if counted is not None and counted < threshold:
+            del queries[rail]
     found: dict[uuid.UUID, Candidate] = {}
     for rail, query in queries.items():  # worker_lost last: it names the cause best
         silent_before = now - thresholds.agent_lost if rail is s.AGENT_LOST else None
@@ -126,17 +160,19 @@ class Sweeping(Protocol):
 
 
 def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: datetime | None = None,
-          retention: Sweeping | None = None) -> dict[str, int] | None:
-    """One sweep: due retries and reschedules are promoted, lost attempts marked, and with
-    `retention` the logs of a few expired runs removed. None when another replica holds the
-    sweep lock."""
+          retention: Sweeping | None = None, reach: DatabaseReach | None = None) -> dict[str, int] | None:
+    """One sweep: due retries and reschedules are promoted, lost attempts marked (silence
+    counted from `reach.since` at the earliest), and with `retention` the logs of a few expired
+    runs removed. None when another replica holds the sweep lock."""
     started = time.perf_counter()
     now = now or utcnow()
+    # While this process cannot reach the database (as its reaper last found), nothing counts yet.
+    counting_since = None if reach is None else reach.since or now
     dialect = dialect_of(session)
     if not dialect.try_hold(session, SWEEP_LOCK_KEY):
         return None
     marked: dict[str, int] = {}
-    for candidate in find_candidates(session=session, thresholds=thresholds, now=now):
+    for candidate in find_candidates(session=session, thresholds=thresholds, now=now, counting_since=counting_since):
         if mark(session=session, candidate=candidate, backoff=backoff, now=now):
             marked[candidate.reason] = marked.get(candidate.reason, 0) + 1
     # Promotion locks task instances without their runs, so it comes after the marks (which
@@ -153,8 +189,9 @@ class ReaperThread:
     retry policy the application built at its start (`backoff`)."""
 
     def __init__(self, engine: Engine, settings: Settings, backoff: Backoff,
-                 retention: Sweeping | None = None) -> None:
+                 retention: Sweeping | None = None, reach: DatabaseReach | None = None) -> None:
         self.engine, self.settings, self.backoff, self.retention = engine, settings, backoff, retention
+        self.reach = reach or DatabaseReach()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="fenceline-reaper", daemon=True)
 
@@ -174,11 +211,14 @@ class ReaperThread:
                     continue  # another process sweeps
                 with Session(self.engine) as session:
                     marked = sweep(session=session, thresholds=thresholds, backoff=self.backoff,
-                                   retention=self.retention)
+                                   retention=self.retention, reach=self.reach)
                     session.commit()
+                self._reached()
                 if marked:
                     log.info("reaper marked %s", marked)
-            except Exception:  # a failed sweep must not stop the next one
+            except Exception as exc:  # a failed sweep must not stop the next one
+                if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+                    self.reach.lost()  # the database went away under the sweep
                 log.exception("reaper sweep failed")
         if leader is not None:
             _discard(leader)
@@ -193,8 +233,10 @@ class ReaperThread:
             try:
                 leader.execute(text("SELECT 1")).scalar()
                 leader.commit()
+                self._reached()
                 return leader
             except Exception:  # the connection, and with it the lock, is gone
+                self.reach.lost()
                 _discard(leader)
         conn = None
         try:
@@ -202,16 +244,24 @@ class ReaperThread:
             won = dialect_of(conn).try_lead(conn, LEADER_LOCK_KEY)
             conn.commit()
         except Exception as exc:  # the database is away: try again at the next interval
+            self.reach.lost()
             log.warning("reaper could not reach the database (%s: %s); trying again in %.1fs",
                         type(exc).__name__, exc, self.settings.reaper_interval_seconds)
             if conn is not None:
                 _discard(conn)
             return None
+        self._reached()
         if not won:
             conn.close()
             return None
         print(f"fenceline: this process (pid {os.getpid()}) runs the reaper's sweeps", flush=True)
         return conn
+
+    def _reached(self) -> None:
+        """The database answered (a check, a connect, a sweep): a break, if there was one, ends."""
+        if self.reach.reached():
+            log.warning("reaper reached the database again: silence before now does not count toward "
+                        "agent_lost_after or dispatch_lost_after (the thresholds start again)")
 
 
 def _discard(conn: Connection) -> None:

@@ -198,7 +198,8 @@ def reap(session: SessionDep, request: Request, _: OperatorDep) -> SweepResult:
     """Run one reaper sweep now (retention included, when it is set)."""
     settings = request.app.state.settings
     marked = reapers.sweep(session=session, thresholds=reapers.Thresholds.from_settings(settings),
-                           backoff=backoff(request), retention=request.app.state.retention)
+                           backoff=backoff(request), retention=request.app.state.retention,
+                           reach=request.app.state.database_reach)
     return SweepResult(marked=marked or {}, swept=marked is not None)
 
 

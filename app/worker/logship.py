@@ -24,12 +24,22 @@ def utf8_cut(data: bytes) -> int:
 class LogShipper:
     """Tracks two positions: `file_pos`, the spool bytes already shipped, and `server_size`,
     the byte length the server holds for them (they differ only where invalid UTF-8 was
-    replaced). Both are journaled with an outcome, so a restarted worker ships the tail."""
+    replaced). Both are journaled with an outcome, so a restarted worker ships the tail; they
+    change together (one attribute, `at`), so another thread never reads one moved without the
+    other."""
 
     def __init__(self, api: Api, spool: Path, token: Callable[[], str], file_pos: int = 0,
                  server_size: int = 0, log: Callable[[str], None] = lambda _: None) -> None:
         self.api, self.spool, self.token, self.log = api, spool, token, log
-        self.file_pos, self.server_size = file_pos, server_size
+        self.at = (file_pos, server_size)
+
+    @property
+    def file_pos(self) -> int:
+        return self.at[0]
+
+    @property
+    def server_size(self) -> int:
+        return self.at[1]
 
     def pending(self) -> bool:
         try:
@@ -60,12 +70,11 @@ class LogShipper:
             # its end rather than stall; what it lost cannot be re-derived from here.
             stored = int(exc.problem.get("stored_size", 0))
             self.log(f"log store holds {stored} bytes, expected {self.server_size}; continuing from there")
-            self.server_size = stored
+            self.at = (self.file_pos, stored)
             self.api.append_log(self.token(), self.server_size, content, urgent=final)
         # The server's answer may be larger (an earlier send of this range landed); the next
         # chunk still goes at our own count, and the server skips what it already has.
-        self.file_pos += cut
-        self.server_size += len(content.encode())
+        self.at = (self.file_pos + cut, self.server_size + len(content.encode()))
         return True
 
     def ship_all(self) -> None:

@@ -1,9 +1,17 @@
-"""One claimed attempt, from `running` to its acknowledged outcome."""
+"""One claimed attempt, from `running` to its acknowledged outcome.
 
+While the command runs, two threads share the attempt: the task thread watches the process and
+nothing else, and a tender thread makes the attempt's calls (heartbeats, log chunks, renewals).
+So when the command ends, its outcome is on disk at once, whatever the network is doing: no
+call that hangs stands between the process's exit and the journal.
+"""
+
+import contextvars
 import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -60,6 +68,10 @@ class TaskRunner:
         self.ship_backoff, self.ship_at = Backoff(base=TICK), 0.0
         self.shipper = LogShipper(ctx.api, ctx.state.spool(self.key), lambda: self.token,
                                   log=lambda m: ctx.log.warning("%s: %s", self.name, m))
+        # Set (under `reaping`) when the task thread is about to reap the command: from then
+        # on its process group ID may be reused, so the tender no longer signals it.
+        self.ended, self.reaping = threading.Event(), threading.Lock()
+        self.lost: Lost | None = None  # what the tender learned: the attempt is no longer ours
 
     def run(self) -> None:
         self.ctx.state.save_attempt(self.key, self.record)
@@ -88,6 +100,10 @@ class TaskRunner:
         self.record["pgid"] = proc.pid
         self.ctx.state.save_attempt(self.key, self.record)
         self.log.info("%s: started %s (pid %d)", self.name, argv[0], proc.pid)
+        # The tender runs in this thread's context: its calls carry the run's traceparent.
+        tender = threading.Thread(target=contextvars.copy_context().run, args=(self._tend_until_ended, proc.pid),
+                                  name=f"tend-{self.key}", daemon=True)
+        tender.start()
         try:
             stopped_for = self._supervise(proc)
         except Lost as exc:
@@ -95,11 +111,13 @@ class TaskRunner:
             self.ctx.state.forget_attempt(self.key)
             return
         finally:
+            with self.reaping:
+                self.ended.set()
             # The leader is not reaped yet, so its group ID cannot have been recycled: whatever
             # the task left behind in its group goes with it.
             signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
-        self._finish(classify(proc.returncode, stopped_for))
+        self._finish(classify(proc.returncode, stopped_for), tender)
 
     def _report_running(self) -> bool:
         """`running` acknowledged before user code starts (a non-idempotent task relies on
@@ -144,18 +162,14 @@ class TaskRunner:
 
     def _watch(self, proc: subprocess.Popen, watch: ExitWatch) -> str | None:
         timeout = self.payload.get("timeout_seconds")
-        started = time.monotonic()
-        self.next_beat, stopped_for, signalled_at = started + self.ctx.settings.heartbeat_interval, None, None
+        started, stopped_for, signalled_at = time.monotonic(), None, None
         while True:
+            if self.lost is not None:  # looked at first: the tender's SIGKILL also ends the command
+                raise self.lost
             if exited(proc):
                 return stopped_for
             watch.wait(TICK)  # woken when it ends: a short task is not held for the tick
             now = time.monotonic()
-            try:
-                self._tend(now)
-            except Lost:
-                signal_group(proc.pid, signal.SIGKILL)  # at once: a newer attempt owns this work
-                raise
             if stopped_for is None:
                 if timeout and now - started >= timeout:
                     stopped_for = "deadline"
@@ -168,6 +182,22 @@ class TaskRunner:
             elif signalled_at is not None and now - signalled_at >= KILL_AFTER:
                 signal_group(proc.pid, signal.SIGKILL)
                 signalled_at = None
+
+    def _tend_until_ended(self, pgid: int) -> None:
+        """The tender: the attempt's calls, once per tick until the command ends. On
+        should_terminate it SIGKILLs the process group at once (a newer attempt owns this
+        work), unless the task thread has already taken the command's end."""
+        self.next_beat = time.monotonic() + self.ctx.settings.heartbeat_interval
+        try:
+            while not self.ended.wait(TICK):
+                self._tend(time.monotonic())
+        except Lost as exc:
+            with self.reaping:
+                self.lost = exc
+                if not self.ended.is_set():
+                    signal_group(pgid, signal.SIGKILL)
+        except Exception:  # a bug here must not leave the task unwatched: the task thread goes on
+            self.log.exception("%s: worker error in the attempt's calls", self.name)
 
     def _tend(self, now: float, beat: bool = True) -> None:
         """While the attempt runs: ship what its log has new, heartbeat (when `beat`) and renew
@@ -223,17 +253,26 @@ class TaskRunner:
         self.record["attempt_token"] = self.token
         self.ctx.state.save_attempt(self.key, self.record)
 
-    def _finish(self, outcome: Outcome) -> None:
-        """Journal the outcome (durably, before anything is sent), then deliver it."""
+    def _finish(self, outcome: Outcome, tender: threading.Thread | None = None) -> None:
+        """Journal the outcome (durably, before anything is sent, and before waiting on the
+        `tender`'s call in flight), then deliver it."""
         suffix = f" ({outcome.reason})" if outcome.reason else ""
         append_line(self.ctx.state.spool(self.key),
                     f"[{self.AGENT}] {outcome.why}: reporting {outcome.state}{suffix}")
         entry = {"name": self.name, "correlation": self.correlation, "attempt_token": self.token,
                  "state": outcome.state, "reason": outcome.reason, "why": outcome.why,
-                 "reschedule_at": outcome.reschedule_at,
-                 "file_pos": self.shipper.file_pos, "server_size": self.shipper.server_size}
+                 "reschedule_at": outcome.reschedule_at, **self._log_position()}
         self.ctx.state.journal(self.key, entry)
         if self.ctx.crash_after_journal:
             self.log.warning("%s: test hook: dying after journaling %s", self.name, outcome.state)
             os.kill(os.getpid(), signal.SIGKILL)
+        if tender is not None:
+            # One call of an attempt at a time: the delivery follows the tender's last call, and
+            # starts from the log position and token that call left.
+            tender.join()
+            entry.update(attempt_token=self.token, **self._log_position())
         deliver(self.ctx, self.key, entry)
+
+    def _log_position(self) -> dict[str, int]:
+        file_pos, server_size = self.shipper.at
+        return {"file_pos": file_pos, "server_size": server_size}

@@ -1,5 +1,7 @@
 """Export and restore: every generation and every bound pod UID survive a drop and a restore."""
 
+import uuid
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -202,3 +204,143 @@ class TestRestoreHoldsEveryRowToTheWriteSchemas:
         assert f"{table}[{row}].{column}" in problem["detail"]
         assert as_migrated(fresh.get("/v1/admin/snapshot").json()["tables"])
         assert Worker(fresh).claim_response().status_code == 200
+
+
+def _at(rows, **match):
+    """The index of the one row of `rows` that has every value of `match`."""
+    [n] = [n for n, row in enumerate(rows) if all(row[k] == v for k, v in match.items())]
+    return n
+
+
+def _attempt_of(tables, task_id, epoch):
+    """The index of task `task_id`'s attempt record at `epoch`."""
+    ti_id = tables["task_instances"][_at(tables["task_instances"], task_id=task_id)]["id"]
+    return _at(tables["task_attempts"], task_instance_id=ti_id, attempt_epoch=epoch)
+
+
+def _ti_epoch_below_its_attempt(tables):
+    """The issue's case: a claim of b would open the record of epoch 1 again, and collide."""
+    tables["task_instances"][_at(tables["task_instances"], task_id="b")]["attempt_epoch"] = 0
+    return f"task_attempts[{_attempt_of(tables, 'b', 1)}].attempt_epoch"
+
+
+def _ti_try_below_its_attempt(tables):
+    n = _attempt_of(tables, "b", 1)
+    tables["task_attempts"][n]["try_number"] = 2
+    return f"task_attempts[{n}].try_number"
+
+
+def _epoch_recorded_twice(tables):
+    """a's first try says it ran at epoch 3, as its second did."""
+    first, second = _attempt_of(tables, "a", 1), _attempt_of(tables, "a", 3)
+    tables["task_attempts"][first]["attempt_epoch"] = 3
+    return f"task_attempts[{max(first, second)}].attempt_epoch"
+
+
+def _unknown(table, column, match=None):
+    """The row of `table` (matching `match`, else the first) names an id the snapshot lacks."""
+    def mutate(tables):
+        n = _at(tables[table], **match) if match else 0
+        tables[table][n][column] = str(uuid.uuid4())
+        return f"{table}[{n}].{column}"
+    return mutate
+
+
+def _named_run(column, value):
+    def mutate(tables):
+        n = _at(tables["task_instances"], task_id="b")
+        tables["task_instances"][n][column] = value
+        return f"task_instances[{n}].{column}"
+    return mutate
+
+
+def _history_above_its_ti(tables):
+    tables["task_instance_history"][0]["attempt_epoch"] = 7
+    return "task_instance_history[0].attempt_epoch"
+
+
+def _predecessor_of_another_seat(tables):
+    n = _at(tables["executions"], seat="etl-worker-1", generation=2)
+    tables["executions"][n]["previous_execution_id"] = tables["executions"][
+        _at(tables["executions"], seat="worker-1")]["execution_id"]
+    return f"executions[{n}].previous_execution_id"
+
+
+def _predecessor_not_older(tables):
+    n = _at(tables["executions"], seat="etl-worker-1", generation=2)
+    tables["executions"][n]["generation"] = 0
+    return f"executions[{n}].generation"
+
+
+def _seat_on_another_seats_execution(tables):
+    n = _at(tables["seats"], name="worker-1")
+    tables["seats"][n]["current_execution_id"] = tables["executions"][
+        _at(tables["executions"], seat="etl-worker-1", generation=1)]["execution_id"]
+    return f"seats[{n}].current_execution_id"
+
+
+def _log_removal_of_no_run(tables):
+    tables["log_removals"] = [{"dag_run_id": str(uuid.uuid4()), "run_ended_at": "2026-01-01T00:00:00+00:00",
+                               "removed_at": "2026-01-01T00:00:00+00:00"}]
+    return "log_removals[0].dag_run_id"
+
+
+class TestRestoreRefusesRowsThatContradictEachOther:
+    """Issue 43, item 6 (contract 1.7): each row fits the API's rules, but together they are a
+    state no running system could have written. Restored before, the first one answered 201,
+    and then every claim of its queue 409."""
+
+    @pytest.fixture
+    def document(self, operator):
+        """A run of a, b (b after a) where a's first try succeeded on worker-1, a was cleared
+        (try 2, epoch 2) and claimed again with b (a's attempts at epochs 1 and 3, b's at 1),
+        and seat etl-worker-1 at generation 2."""
+        operator.create_run(task("a"), task("b", "a"))
+        worker = Worker(operator)
+        first = worker.claim_one()
+        first.report("running")
+        first.report("success")
+        assert operator.post(f"/v1/task-instances/{first.ti_id}/clear").status_code == 200
+        assert len(worker.claim()) == 2
+        operator.admit(previous=operator.admit()["execution_id"])
+        return operator.get("/v1/admin/snapshot").json()
+
+    @pytest.mark.parametrize("contradict", [
+        _ti_epoch_below_its_attempt, _ti_try_below_its_attempt, _epoch_recorded_twice,
+        _unknown("task_attempts", "task_instance_id"), _unknown("task_attempts", "execution_id"),
+        _unknown("task_instances", "execution_id", {"task_id": "a"}),
+        _unknown("task_instances", "dag_run_id", {"task_id": "b"}),
+        _named_run("run_id", "another-run"), _named_run("tenant_id", "acme"),
+        _named_run("upstream_task_ids", ["ghost"]), _history_above_its_ti,
+        _unknown("task_instance_history", "task_instance_id"), _unknown("task_instance_history", "execution_id"),
+        _unknown("executions", "previous_execution_id", {"generation": 2}),
+        _unknown("executions", "superseded_by", {"generation": 1, "seat": "etl-worker-1"}),
+        _predecessor_of_another_seat, _predecessor_not_older, _unknown("seats", "current_execution_id"),
+        _seat_on_another_seats_execution, _log_removal_of_no_run,
+    ], ids=["ti-epoch-below-attempt", "ti-try-below-attempt", "epoch-twice", "attempt-of-no-ti",
+            "attempt-of-no-execution", "ti-of-no-execution", "ti-of-no-run", "ti-names-another-run",
+            "ti-of-another-tenant", "upstream-not-in-run", "history-above-ti", "history-of-no-ti",
+            "history-of-no-execution", "predecessor-missing", "successor-missing", "predecessor-of-another-seat",
+            "generation-not-above-predecessor", "seat-on-no-execution", "seat-on-another-seats-execution",
+            "log-removal-of-no-run"])
+    def test_the_row_is_named_and_nothing_restored(self, document, fresh_client, contradict):
+        named = contradict(document["tables"])
+        fresh = Operator(fresh_client)
+        problem = assert_problem(restore(fresh, document), 422, "invalid-snapshot")
+        assert f"Rows contradict each other: {named}" in problem["detail"]
+        assert problem["rows"] == [r for r in problem["rows"] if r.startswith(named)]
+        assert as_migrated(fresh.get("/v1/admin/snapshot").json()["tables"])
+
+    def test_every_contradiction_is_named_in_one_answer(self, document, fresh_client):
+        named = [_ti_epoch_below_its_attempt(document["tables"]), _unknown("seats", "current_execution_id")(
+            document["tables"]), _log_removal_of_no_run(document["tables"])]
+        document["tables"]["pools"][0]["slots"] = -1  # and a row that breaks the API's rules
+        problem = assert_problem(restore(Operator(fresh_client), document), 422, "invalid-snapshot")
+        assert [r.split(":")[0] for r in problem["rows"]] == ["pools[0].slots", *named]
+
+    def test_the_document_as_exported_restores_and_its_tasks_are_claimed(self, document, fresh_client):
+        fresh = Operator(fresh_client)
+        assert restore(fresh, document).status_code == 201
+        tis = document["tables"]["task_instances"]
+        assert fresh.post(f"/v1/task-instances/{tis[_at(tis, task_id='a')]['id']}/clear").status_code == 200
+        assert [a.task_id for a in Worker(fresh, "another").claim()] == ["a"]

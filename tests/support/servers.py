@@ -90,13 +90,13 @@ def clean_env(data_dir: Path | None = None) -> dict[str, str]:
 
 
 class Served:
-    """`fenceline serve` (or `command`) as a child process on a free port, its output collected
-    by a thread: from a pipe, or from a pseudo-terminal (`terminal`), as an operator's shell
-    gives it."""
+    """`fenceline serve` (or `command`) as a child process on a free port (or `port`), its
+    output collected by a thread: from a pipe, or from a pseudo-terminal (`terminal`), as an
+    operator's shell gives it."""
 
     def __init__(self, cwd: Path | None, env: dict[str, str], *args: str, command: list[str] = FENCELINE,
-                 terminal: bool = False) -> None:
-        self.port = free_port()
+                 terminal: bool = False, port: int | None = None) -> None:
+        self.port = port or free_port()  # `port`: the same address again, after a stop
         self.url = f"http://127.0.0.1:{self.port}"
         argv = [*command, "serve", "--port", str(self.port), *args]
         self.lines: list[str] = []

@@ -1,5 +1,7 @@
 """A TCP proxy on a loopback port, in a thread: the tests cut it to make a database vanish
-under a running server, as a failed network or a stopped database would."""
+under a running server, as a failed network or a stopped database would, or stall it to make
+every call through it hang (connections open, nothing answered), as a network that drops
+packets silently does."""
 
 import socket
 import threading
@@ -14,6 +16,9 @@ class TcpProxy:
         self.accepting = True
         self.sockets: list[socket.socket] = []
         self.lock = threading.Lock()
+        self.flowing = threading.Event()  # cleared while stalled
+        self.flowing.set()
+        self.held = threading.Event()  # set once data has arrived while stalled (a call hangs)
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -35,10 +40,15 @@ class TcpProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
-            while data := src.recv(65536):
+            while True:
+                data = src.recv(65536)
+                if not self.flowing.is_set():  # data and end of stream alike are held
+                    self.held.set()
+                    self.flowing.wait()  # until restored (a cut closes dst: the send fails)
+                if not data:
+                    break
                 dst.sendall(data)
         except OSError:
             pass
@@ -62,11 +72,19 @@ class TcpProxy:
                 s.close()
             self.sockets.clear()
 
+    def stall(self) -> None:
+        """Keep every connection, and accept new ones, but forward nothing: calls through the
+        proxy hang until their own timeouts (or until restored, when what was held flows on)."""
+        self.held.clear()
+        self.flowing.clear()
+
     def restore(self) -> None:
         self.accepting = True
+        self.flowing.set()
 
     def close(self) -> None:
         self.cut()
+        self.flowing.set()  # stalled pipes end on their closed sockets
         self.listener.close()
 
     def __enter__(self) -> "TcpProxy":

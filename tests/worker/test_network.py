@@ -1,7 +1,13 @@
-"""The server goes away mid-task: log lines and the outcome wait on disk and arrive once."""
+"""The server goes away mid-task, or every call to it hangs: log lines and the outcome wait on
+disk and arrive once."""
+
+from types import SimpleNamespace
+
+import pytest
 
 from tests.support.agents import GATED, python_task
 from tests.support.api import Operator
+from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 
@@ -31,3 +37,50 @@ class TestServerOutage:
         assert [a["outcome_kind"] for a in operator.attempts(ti["ti_id"])] == ["success"]
         wait_until(lambda: not worker.journal(), "the journal entry to go once acknowledged")
         assert worker.stop() == 0
+
+
+# Adds a line to the file argv[1] each time it starts, then exits 0 once the gate file argv[2]
+# exists (or after 60 s).
+COUNTED = """
+import pathlib, sys, time
+with open(sys.argv[1], "a") as runs:
+    runs.write("ran\\n")
+gate, deadline = pathlib.Path(sys.argv[2]), time.monotonic() + 60
+while not gate.exists() and time.monotonic() < deadline:
+    time.sleep(0.02)
+"""
+# The worker's calls time out after 15 s (app/worker/api.py): the outcome must be on disk long
+# before a hung call could have ended.
+JOURNALED_WITHIN = 8
+
+
+class TestNetworkHang:
+    @pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "not-idempotent"])
+    def test_an_outcome_reached_while_calls_hang_survives_a_kill(self, server, workers, tmp_path, idempotent):
+        """The task ends while every call of its worker hangs (a proxy holds them), and the
+        worker is SIGKILLed before any of them ends: the outcome was journaled at the task's
+        end, so the restarted worker delivers it, and the code ran once."""
+        operator = Operator(server.client())
+        runs, gate = tmp_path / "runs", tmp_path / "gate"
+        with TcpProxy("127.0.0.1", server.port) as proxy:
+            through_proxy = SimpleNamespace(url=f"http://127.0.0.1:{proxy.port}")
+            operator.create_run(python_task("t", COUNTED, str(runs), str(gate), idempotent=idempotent))
+            first = workers(through_proxy, "etl-a")
+            ti = wait_until(lambda: (t := operator.find_ti("t"))["state"] == "running" and t, "the task to run")
+            proxy.stall()
+            wait_until(proxy.held.is_set, "a call of the worker to hang in the proxy")  # it heartbeats every 0.2 s
+            gate.touch()
+            [entry] = wait_until(first.journal, "the success to be journaled while the calls hang",
+                                 timeout=JOURNALED_WITHIN)
+            assert entry["state"] == "success"
+            first.kill()
+            proxy.cut()  # what it held dies with the connections
+            proxy.restore()
+
+            again = workers(through_proxy, "etl-a")
+            wait_until(lambda: operator.run()["state"] == "success", "the journaled success to be delivered")
+        assert "re-delivering journaled outcome success" in again.output
+        assert runs.read_text() == "ran\n"
+        attempts = operator.attempts(ti["ti_id"])
+        assert [(a["attempt_epoch"], a["outcome_kind"]) for a in attempts] == [(ti["attempt_epoch"], "success")]
+        assert again.stop() == 0
