@@ -13,7 +13,7 @@ An outage of the control plane is nobody's fault (contract 2.6): each process co
 toward the agent-lost and dispatch-lost thresholds only from when it last began to reach the
 database without a break (its start, or its first contact after a failed one: DatabaseReach),
 so after a database outage, or a restart of every replica, the thresholds start again
-(docs/decisions/0009-outages-restart-the-lost-thresholds.md).
+(docs/decisions/0010-outages-restart-the-lost-thresholds.md).
 """
 
 import logging
