@@ -60,6 +60,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("app.routing",),
     ("app.execution",),
     ("app.logs",),
+    ("app.fleet",),
     ("app.models",),  # every table, for the migrations and the snapshot
     ("app.airflow", "app.ui", "app.admin", "app.ops"),  # the faces over the domains
     ("app.main",),
@@ -68,7 +69,7 @@ LAYERS: list[tuple[str, ...]] = [
 # The agents: HTTP clients of the server, outside its layers (tested on their own below).
 AGENTS = ("app.worker", "app.launcher")
 KITS = ("app.db", "app.telemetry", "app.web")
-DOMAINS = ("app.auth", "app.orchestration", "app.identity", "app.routing", "app.execution", "app.logs")
+DOMAINS = ("app.auth", "app.orchestration", "app.identity", "app.routing", "app.execution", "app.logs", "app.fleet")
 
 
 def layer(module: str) -> int:
@@ -123,6 +124,21 @@ def test_the_launcher_imports_only_the_worker_and_telemetry():
     importers = {m for m in MODULES if not m.startswith("app.launcher")
                  for i in app_imports(m) if i.startswith("app.launcher")}
     assert importers <= {"app.cli"}, importers
+
+
+VERSIONS = APP.parent / "migrations" / "versions"
+
+
+def test_every_migration_says_whether_it_only_adds():
+    """Contract 10.1: each migration module sets `expand_only` to True or False at its top level
+    (app/fleet/window.py reads it to know how far back a schema may be served)."""
+    modules = sorted(VERSIONS.glob("*.py"))
+    assert len(modules) >= 11
+    for path in modules:
+        values = [node.value for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
+                  for target in node.targets if isinstance(target, ast.Name) and target.id == "expand_only"]
+        assert len(values) == 1 and isinstance(values[0], ast.Constant) and isinstance(values[0].value, bool), \
+            f"{path.name} does not say `expand_only = True` or `expand_only = False`"
 
 
 def test_the_root_is_thin_and_modules_are_small():
