@@ -27,6 +27,7 @@ from app.execution.hub import Hub
 from app.execution.reapers import ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
+from app.fleet.replicas import Heartbeat, Me
 from app.identity.router import router as identity_router
 from app.logs import stores
 from app.logs.deps import install_fault_handler
@@ -34,6 +35,7 @@ from app.logs.retention import Retention
 from app.logs.router import router as logs_router
 from app.logs.service import BatchAppends
 from app.ops import health, startup
+from app.ops.migrate import head_revision
 from app.orchestration.outcomes import Backoff
 from app.orchestration.promotion import next_eligible_at
 from app.orchestration.router import router as orchestration_router
@@ -86,7 +88,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             reaper = ReaperThread(app.state.engine, settings, app.state.backoff, app.state.retention)
             reaper.start()
         await app.state.wakeups.start()
+        heartbeat = Heartbeat(app.state.engine, Me.starting(__version__, head_revision(),
+                                                            settings.replica_heartbeat_seconds),
+                              settings.replica_heartbeat_seconds)
+        heartbeat.start()
         yield
+        heartbeat.stop()
         await app.state.wakeups.stop()
         if reaper is not None:
             reaper.stop()

@@ -7,11 +7,14 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, make_url
+from sqlalchemy import create_engine, inspect, make_url
+from sqlmodel import Session
 
 from app.db.dialect import dialect_for_url
+from app.db.types import utcnow
+from app.fleet import replicas
 from app.fleet.window import Chain, current_revision, refusal
-from app.ops.startup import SCHEMA_NOT_AT_HEAD, StartupError
+from app.ops.startup import CONTRACT_REFUSED, SCHEMA_NOT_AT_HEAD, StartupError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,6 +90,8 @@ def migrate(database_url: str, *, contract: bool = False) -> str:
         return (f"the database schema is at revision {current}, a later release's, which this version (migrations "
                 f"ending at {own.head}) serves as it is; nothing to migrate")
     waiting_contract = own.first_contract(current) if current is not None else None
+    if contract and waiting_contract is not None and (why := _older_replica_alive(database_url, own)) is not None:
+        raise StartupError(CONTRACT_REFUSED, f"not contracting (the migrations from {waiting_contract} on): {why}")
     command.upgrade(alembic_config(database_url, "contract" if contract else "expand"), "head")
     after = schema_revision(database_url)
     if contract and waiting_contract is None:
@@ -95,3 +100,25 @@ def migrate(database_url: str, *, contract: bool = False) -> str:
         return f"the database schema is at revision {after}, the migrations' head"
     return (f"the database schema is at revision {after}; the contract migration {own.first_contract(after)} and "
             "those after it wait for `fenceline migrate --contract` (docs/upgrades.md)")
+
+
+def _older_replica_alive(database_url: str, own: Chain) -> str | None:
+    """A replica alive whose head is older than the one that may serve the contracted schema
+    (one line naming it); None when there is none (replicas of releases before 0012 record
+    nothing)."""
+    engine = create_engine(make_url(database_url))
+    try:
+        if not inspect(engine).has_table(replicas.REPLICAS.name):
+            return None
+        with Session(engine) as session:
+            found, now = replicas.listing(session=session), utcnow()
+    finally:
+        engine.dispose()
+    oldest = own.index[own.servable_from(own.head)]
+    older = [r for r in found if replicas.alive(r, now) and own.index.get(r.head, oldest) < oldest]
+    if not older:
+        return None
+    r = older[0]
+    return (f"{len(older)} replica(s) of an older release alive, e.g. version {r.version} (migrations' head {r.head}) "
+            f"on {r.host} pid {r.pid}, seen {(now - r.last_seen_at).total_seconds():.0f}s ago within its liveness "
+            f"window of {r.liveness_seconds}s; upgrade or stop them first (GET /v1/admin/replicas lists them)")
