@@ -6,6 +6,7 @@ instead of 0.5 s.
 """
 
 import argparse
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -95,6 +96,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "log_config": logconfig.dict_config(settings.log_format, args.log_level)}
     try:
         if workers == 1:
+            # uvicorn raises the signal that stopped it once more after its graceful shutdown, to
+            # the handler in place before it started: a drained stop ends with status 0.
+            signal.signal(signal.SIGTERM, _exit_normally)
             uvicorn.Server(server_config(served_app(settings), settings, **common)).run(sockets=[sock])
         else:
             # uvicorn's supervisor: N processes accept on the one bound socket, each building its
@@ -105,6 +109,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sock.close()
         multiprocess.remove_multiprocess_dir(metrics_dir)
     return 0
+
+
+def _exit_normally(_signum: int, _frame: object) -> NoReturn:
+    raise SystemExit(0)
 
 
 def server_processes(asked: int | None, url: str, settings: "Settings") -> tuple[int, str | None]:

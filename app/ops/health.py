@@ -79,6 +79,8 @@ def readiness(state: Any) -> dict[str, str]:
     except SQLAlchemyError as exc:
         checks["database"] = f"does not answer ({type(exc).__name__})"
         checks["schema"] = "unknown (the database does not answer)"
+    if state.drain.draining:
+        checks["serving"] = "stopping (SIGTERM): the requests in flight finish, no new claims start"
     try:
         state.log_store.probe()
         checks["log_store"] = "ok"
@@ -90,8 +92,8 @@ def readiness(state: Any) -> dict[str, str]:
 @router.get("/health/ready", responses=problems(503))
 def health_ready(request: Request) -> dict[str, Any]:
     """200 when this replica can serve: the database answers, this version serves its schema
-    (at the migrations' head, or within the window of contract 10.1), and the log store takes a
-    write. 503 `not-ready` naming what is not, otherwise."""
+    (at the migrations' head, or within the window of contract 10.1), the log store takes a
+    write, and it is not stopping (draining). 503 `not-ready` naming what is not, otherwise."""
     checks = readiness(request.app.state)
     failed = {name: why for name, why in checks.items() if why != "ok"}
     if failed:

@@ -123,8 +123,8 @@ class GuardedProtocol(HttpToolsProtocol):
 
 def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
     """uvicorn's Config for `app` (an application, or an import string with factory=True) with
-    the guarded protocol and the keep-alive bound of `settings`."""
+    the guarded protocol, the keep-alive bound and the drain's grace period of `settings`."""
     config = uvicorn.Config(app, http=GuardedProtocol, timeout_keep_alive=settings.keep_alive_timeout_seconds,
-                            **options)
+                            timeout_graceful_shutdown=settings.drain_grace_seconds, **options)
     setattr(config, CONFIG_ATTRIBUTE, HeadLimits.from_settings(settings))
     return config
