@@ -25,7 +25,7 @@ def test_a_sigtermed_replica_answers_its_waiting_claims_at_once_and_exits_0(back
     with throwaway_database(backend, tmp_path) as url:
         upgrade(url)
         env = {**database_env(url, tmp_path / "data"), "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD}
-        server = Served(tmp_path, env, "--workers", "1")
+        server = Served(tmp_path, env, "--workers", "1" if backend == "sqlite" else "2")
         try:
             server.wait_healthy()
             http = httpx.Client(base_url=server.url, timeout=60)
