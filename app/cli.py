@@ -67,8 +67,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logconfig.configure(settings.log_format, args.log_level)
     say = logconfig.sayer(settings.log_format)
     if args.no_migrate:
+        from app.ops.migrate import serving_refusal
+
         url = _prepare(settings, say)
-        if (mismatch := _schema_mismatch(url)) is not None:
+        if (mismatch := serving_refusal(url)) is not None:
             raise startup.StartupError(startup.SCHEMA_NOT_AT_HEAD, mismatch)
     else:
         url = _migrate(settings, say)
@@ -159,22 +161,16 @@ def database_max_connections(url: str) -> int:
         engine.dispose()
 
 
-def _schema_mismatch(url: str) -> str | None:
-    """Why this release cannot serve the schema at `url` without migrating, if it cannot."""
-    from app.ops.migrate import serving_refusal
-
-    return serving_refusal(url)
-
-
 def cmd_migrate_check(args: argparse.Namespace) -> int:
     """`fenceline migrate --check`: change nothing; 0 when this release serves the schema as it
     is (at its head, a later release's within the window, or only contract migrations waiting),
     5 otherwise (what the Kubernetes server Pods' init container polls while the migration Job
     runs)."""
+    from app.ops.migrate import serving_refusal
     from app.ops.startup import SCHEMA_NOT_AT_HEAD, load_settings
 
     url = _prepare(load_settings(), _say, writes=False)
-    if (mismatch := _schema_mismatch(url)) is not None:
+    if (mismatch := serving_refusal(url)) is not None:
         print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
         return SCHEMA_NOT_AT_HEAD
     print(f"fenceline: database at {_redacted(url)} is served by this version as it is", flush=True)
@@ -189,11 +185,12 @@ def cmd_logs_copy(args: argparse.Namespace) -> int:
     from app.db.engine import make_engine
     from app.logs import stores
     from app.logs.copy import copy_logs
+    from app.ops.migrate import serving_refusal
     from app.ops.startup import SCHEMA_NOT_AT_HEAD, load_settings
 
     settings = load_settings()
     url = _prepare(settings, _say)
-    if (mismatch := _schema_mismatch(url)) is not None:
+    if (mismatch := serving_refusal(url)) is not None:
         print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
         return SCHEMA_NOT_AT_HEAD
     engine = make_engine(url)
@@ -288,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     migrate = sub.add_parser("migrate", help="apply the expand-only migrations, stopping before the first contract one")
     migrate.set_defaults(func=cmd_migrate)
     migrate.add_argument("--contract", action="store_true",
-                         help="apply every migration, contract ones too; refused (exit 5) while a replica of an "
+                         help="apply every migration, contract ones too; refused (exit 8) while a replica of an "
                               "older release was seen within its liveness window (docs/upgrades.md)")
     migrate.add_argument("--check", dest="func", action="store_const", const=cmd_migrate_check,
                          help="change nothing; exit 5 unless this version serves the schema as it is (an init "

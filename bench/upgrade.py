@@ -3,8 +3,8 @@ throw-away PostgreSQL database behind a round-robin balancer, several `fenceline
 processes running short tasks through it, and each replica restarted in turn: on a
 next-release copy of the source tree carrying one more expand-only migration (applied first by
 its `fenceline migrate`, while this release's replicas serve), then back on this release (a
-rollback within the window, no down migration). A replica leaves the balancer's rotation before its SIGTERM, as a Pod leaves a
-Service's endpoints during its preStop sleep.
+rollback within the window, no down migration). A replica leaves the balancer's rotation
+before its SIGTERM, as a Pod leaves a Service's endpoints during its preStop sleep.
 
 Runs of short tasks are created through the balancer all along the restarts. Prints the
 requests the replicas answered by status (their access logs), the calls repeated, the tasks

@@ -1,22 +1,26 @@
 """Running the Alembic chain from code (the CLI and the tests), expand and contract apart
 (contract 10; app/fleet/window.py)."""
 
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, inspect, make_url
+from sqlalchemy import Connection, create_engine, inspect, make_url
 from sqlmodel import Session
 
 from app.db.dialect import dialect_for_url
 from app.db.types import utcnow
 from app.fleet import replicas
+from app.fleet.models import Replica
 from app.fleet.window import Chain, current_revision, refusal
 from app.ops.startup import CONTRACT_REFUSED, SCHEMA_NOT_AT_HEAD, StartupError
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 
 
 def alembic_config(database_url: str, plan: str | None = None) -> Config:
@@ -57,24 +61,22 @@ def _never_made(database_url: str) -> bool:
 def schema_revision(database_url: str) -> str | None:
     """The revision the database's schema is at; None for a database never migrated (a SQLite
     file that does not exist is not created)."""
-    if _never_made(database_url):
-        return None
-    engine = create_engine(make_url(database_url))
-    try:
-        with engine.connect() as connection:
-            return current_revision(connection)
-    finally:
-        engine.dispose()
+    return None if _never_made(database_url) else _read(database_url, current_revision)
 
 
 def serving_refusal(database_url: str) -> str | None:
     """Why this release cannot serve the database's schema as it is (one line); None when it can."""
     if _never_made(database_url):
         return refusal(None, chain())
+    return _read(database_url, lambda connection: refusal(connection, chain()))
+
+
+def _read(database_url: str, read: Callable[[Connection], T]) -> T:
+    """`read(connection)` on a connection of its own to the database."""
     engine = create_engine(make_url(database_url))
     try:
         with engine.connect() as connection:
-            return refusal(connection, chain())
+            return read(connection)
     finally:
         engine.dispose()
 
@@ -106,14 +108,15 @@ def _older_replica_alive(database_url: str, own: Chain) -> str | None:
     """A replica alive whose head is older than the one that may serve the contracted schema
     (one line naming it); None when there is none (replicas of releases before 0012 record
     nothing)."""
-    engine = create_engine(make_url(database_url))
-    try:
-        if not inspect(engine).has_table(replicas.REPLICAS.name):
+    def listing(connection: Connection) -> list[Replica] | None:
+        if not inspect(connection).has_table(replicas.REPLICAS.name):
             return None
-        with Session(engine) as session:
-            found, now = replicas.listing(session=session), utcnow()
-    finally:
-        engine.dispose()
+        with Session(connection) as session:
+            return replicas.listing(session=session)
+
+    found, now = _read(database_url, listing), utcnow()
+    if found is None:
+        return None
     oldest = own.index[own.servable_from(own.head)]
     older = [r for r in found if replicas.alive(r, now) and own.index.get(r.head, oldest) < oldest]
     if not older:
