@@ -164,7 +164,7 @@ SERVICES = {m for m in MODULES if m.endswith(".service")} | {
     f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history",
                                    "claims", "hub", "listener", "batch")
 } | {f"app.orchestration.{n}" for n in ("cas", "outcomes", "operator", "promotion", "readiness", "runs", "events")} | {
-    "app.admin.snapshot"}
+    "app.admin.snapshot", "app.fleet.replicas", "app.fleet.window"}
 
 
 def test_orchestration_never_looks_at_workers_or_presentation():

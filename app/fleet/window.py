@@ -31,8 +31,13 @@ class Chain:
 
     @classmethod
     def of(cls, script: ScriptDirectory) -> "Chain":
-        revisions = reversed(list(script.walk_revisions()))
-        return cls(tuple((r.revision, bool(r.module.expand_only)) for r in revisions))
+        steps = []
+        for r in reversed(list(script.walk_revisions())):
+            expand_only = getattr(r.module, "expand_only", None)
+            if not isinstance(expand_only, bool):
+                raise ValueError(f"migration {r.revision} does not say `expand_only = True` or `False`")
+            steps.append((r.revision, expand_only))
+        return cls(tuple(steps))
 
     @property
     def head(self) -> str:
