@@ -6,6 +6,7 @@ instead of 0.5 s.
 """
 
 import argparse
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -36,19 +37,23 @@ def _say(message: str) -> None:
     print(f"fenceline: {message}", flush=True)
 
 
-def _migrate(settings: "Settings", say: Callable[[str], None] = lambda _: None) -> str:
-    from app.ops.migrate import upgrade
+def _migrate(settings: "Settings", say: Callable[[str], None] = lambda _: None, *, contract: bool = False) -> str:
+    """The expand-only migrations (`contract`: every one); StartupError(5) when this release
+    cannot serve the schema they leave. Answers the URL."""
+    from app.ops.migrate import migrate, serving_refusal
+    from app.ops.startup import SCHEMA_NOT_AT_HEAD, StartupError
 
     url = _prepare(settings, say)
-    upgrade(url)
+    say(migrate(url, contract=contract))
+    if (why := serving_refusal(url)) is not None:
+        raise StartupError(SCHEMA_NOT_AT_HEAD, why)
     return url
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from app.ops.startup import load_settings
 
-    url = _migrate(load_settings(), _say)
-    print(f"fenceline: database at {_redacted(url)} is at the latest revision")
+    _migrate(load_settings(), _say, contract=args.contract)
     return 0
 
 
@@ -62,8 +67,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logconfig.configure(settings.log_format, args.log_level)
     say = logconfig.sayer(settings.log_format)
     if args.no_migrate:
+        from app.ops.migrate import serving_refusal
+
         url = _prepare(settings, say)
-        if (mismatch := _schema_mismatch(url)) is not None:
+        if (mismatch := serving_refusal(url)) is not None:
             raise startup.StartupError(startup.SCHEMA_NOT_AT_HEAD, mismatch)
     else:
         url = _migrate(settings, say)
@@ -91,6 +98,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "log_config": logconfig.dict_config(settings.log_format, args.log_level)}
     try:
         if workers == 1:
+            # uvicorn raises the signal that stopped it once more after its graceful shutdown, to
+            # the handler in place before it started: a drained stop ends with status 0.
+            signal.signal(signal.SIGTERM, _exit_normally)
             uvicorn.Server(server_config(served_app(settings), settings, **common)).run(sockets=[sock])
         else:
             # uvicorn's supervisor: N processes accept on the one bound socket, each building its
@@ -101,6 +111,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sock.close()
         multiprocess.remove_multiprocess_dir(metrics_dir)
     return 0
+
+
+def _exit_normally(_signum: int, _frame: object) -> NoReturn:
+    raise SystemExit(0)
 
 
 def server_processes(asked: int | None, url: str, settings: "Settings") -> tuple[int, str | None]:
@@ -147,27 +161,19 @@ def database_max_connections(url: str) -> int:
         engine.dispose()
 
 
-def _schema_mismatch(url: str) -> str | None:
-    """Why the schema at `url` cannot be served without migrating, if it cannot."""
-    from app.ops.migrate import head_revision, schema_revision
-
-    current, head = schema_revision(url), head_revision()
-    if current == head:
-        return None
-    return (f"the database schema is at revision {current or 'none (never migrated)'} but this version's "
-            f"migrations end at {head}; run `fenceline migrate` (or the migration job) with this version first")
-
-
 def cmd_migrate_check(args: argparse.Namespace) -> int:
-    """`fenceline migrate --check`: change nothing; 0 at the migrations' head, 5 otherwise (what
-    the Kubernetes server Pods' init container polls while the migration Job runs)."""
+    """`fenceline migrate --check`: change nothing; 0 when this release serves the schema as it
+    is (at its head, a later release's within the window, or only contract migrations waiting),
+    5 otherwise (what the Kubernetes server Pods' init container polls while the migration Job
+    runs)."""
+    from app.ops.migrate import serving_refusal
     from app.ops.startup import SCHEMA_NOT_AT_HEAD, load_settings
 
     url = _prepare(load_settings(), _say, writes=False)
-    if (mismatch := _schema_mismatch(url)) is not None:
+    if (mismatch := serving_refusal(url)) is not None:
         print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
         return SCHEMA_NOT_AT_HEAD
-    print(f"fenceline: database at {_redacted(url)} is at the latest revision", flush=True)
+    print(f"fenceline: database at {_redacted(url)} is served by this version as it is", flush=True)
     return 0
 
 
@@ -179,11 +185,12 @@ def cmd_logs_copy(args: argparse.Namespace) -> int:
     from app.db.engine import make_engine
     from app.logs import stores
     from app.logs.copy import copy_logs
+    from app.ops.migrate import serving_refusal
     from app.ops.startup import SCHEMA_NOT_AT_HEAD, load_settings
 
     settings = load_settings()
     url = _prepare(settings, _say)
-    if (mismatch := _schema_mismatch(url)) is not None:
+    if (mismatch := serving_refusal(url)) is not None:
         print(f"fenceline: {mismatch}", file=sys.stderr, flush=True)
         return SCHEMA_NOT_AT_HEAD
     engine = make_engine(url)
@@ -274,12 +281,15 @@ def main(argv: list[str] | None = None) -> int:
                        help="server processes on the one port (default: one per core of the CPU quota on PostgreSQL, "
                             "within the connection budget; SQLite: 1, and only 1)")
     serve.add_argument("--no-migrate", action="store_true",
-                       help="do not migrate; refuse to start (exit 5) unless the schema is at the migrations' head")
+                       help="do not migrate; refuse to start (exit 5) unless this version serves the schema as it is")
     serve.set_defaults(func=cmd_serve)
-    migrate = sub.add_parser("migrate", help="upgrade the database to the latest revision")
+    migrate = sub.add_parser("migrate", help="apply the expand-only migrations, stopping before the first contract one")
     migrate.set_defaults(func=cmd_migrate)
+    migrate.add_argument("--contract", action="store_true",
+                         help="apply every migration, contract ones too; refused (exit 8) while a replica of an "
+                              "older release was seen within its liveness window (docs/upgrades.md)")
     migrate.add_argument("--check", dest="func", action="store_const", const=cmd_migrate_check,
-                         help="change nothing; exit 5 unless the schema is at the migrations' head (an init "
+                         help="change nothing; exit 5 unless this version serves the schema as it is (an init "
                               "container waiting for the migration job)")
     logs = sub.add_parser("logs", help="attempt log stores").add_subparsers(dest="logs_command", required=True)
     copy = logs.add_parser("copy", help="copy every stored log to another store (resumable, idempotent)")

@@ -126,6 +126,11 @@ class Settings(BaseSettings):
     infra_backoff_base_seconds: float = 5.0
     infra_backoff_cap_seconds: float = 300.0
 
+    # On SIGTERM, how long the requests in flight get to finish once the waiting claims were
+    # answered (contract 10.3); what is still running then is cancelled.
+    drain_grace_seconds: float = Field(default=20.0, ge=0)
+    # The replica registry: each server process records that it is alive this often (contract 10.2).
+    replica_heartbeat_seconds: float = Field(default=5.0, gt=0)
     # Reapers: a sweep every interval (0 disables the background sweep).
     reaper_interval_seconds: float = 10.0
     agent_lost_after_seconds: float = 120.0

@@ -1,5 +1,6 @@
 """The application factory: routers, error handlers and the lifespan."""
 
+import asyncio
 import gc
 import logging
 import sys
@@ -27,6 +28,7 @@ from app.execution.hub import Hub
 from app.execution.reapers import DatabaseReach, ReaperThread
 from app.execution.router import rails_router
 from app.execution.router import router as execution_router
+from app.fleet.replicas import Heartbeat, Me
 from app.identity.router import router as identity_router
 from app.logs import stores
 from app.logs.deps import install_fault_handler
@@ -34,6 +36,7 @@ from app.logs.retention import Retention
 from app.logs.router import router as logs_router
 from app.logs.service import BatchAppends
 from app.ops import health, startup
+from app.ops.migrate import head_revision
 from app.orchestration.outcomes import Backoff
 from app.orchestration.promotion import next_eligible_at
 from app.orchestration.router import router as orchestration_router
@@ -44,6 +47,7 @@ from app.telemetry.logconfig import sayer
 from app.telemetry.observe import Observe
 from app.ui.router import router as ui_router
 from app.web.apidocs import router as docs_router
+from app.web.draining import Drain
 from app.web.ingress import Ingress, Limits
 from app.web.problems import document_errors, install_error_handlers
 
@@ -90,7 +94,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                   app.state.database_reach)
             reaper.start()
         await app.state.wakeups.start()
+        heartbeat = Heartbeat(app.state.engine, Me.starting(__version__, head_revision(),
+                                                            settings.replica_heartbeat_seconds),
+                              settings.replica_heartbeat_seconds)
+        heartbeat.start()
+        restore_signals = app.state.drain.install(asyncio.get_running_loop())
         yield
+        restore_signals()
+        heartbeat.stop()
         await app.state.wakeups.stop()
         if reaper is not None:
             reaper.stop()
@@ -121,6 +132,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Claims in flight at once: half the pool, the rest for every other request.
     app.state.claims = Claims(app.state.wakeups, app.state.engine, app.state.single_statement_engine,
                               threads=max(1, settings.database_pool_size // 2))
+    app.state.drain = Drain()  # on SIGTERM: readiness fails, claims stop and the waiting ones end
+    app.state.drain.on_drain(app.state.claims.drain)
     store_name, store_note = stores.choose(settings)
     app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
     metrics.zeroed(metrics.log_store_errors, reason=app.state.log_store.fault_reasons)

@@ -7,6 +7,7 @@ from app import models  # noqa: F401  (registers every table)
 from app.config import get_settings
 from app.db.engine import make_engine
 from app.db.types import metadata
+from app.fleet import window
 
 config = context.config
 MIGRATION_LOCK_KEY = 0x66656E6D6967  # "fenmig"
@@ -41,6 +42,9 @@ def run_migrations_online() -> None:
                 # outside the transaction, where SQLite honours it; the engine's next connection
                 # enforces them again.
                 connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+            chain = window.Chain.of(context.script)
+            plan = config.attributes.get("plan")  # "expand" or "contract" from `fenceline migrate`
+            steps = {} if plan is None else {"fn": window.upgrade_steps(context.script, chain, plan == "contract")}
             context.configure(
                 connection=connection,
                 target_metadata=metadata,
@@ -51,9 +55,12 @@ def run_migrations_online() -> None:
                 transactional_ddl=True,
                 compare_type=True,
                 render_item=render_item,
+                **steps,
             )
             with context.begin_transaction():
                 context.run_migrations()
+                # How far back the schema left may be served, in the same transaction (contract 10.1).
+                window.record(connection, chain)
             if postgres:
                 connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_KEY})
                 connection.commit()

@@ -13,6 +13,9 @@ revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
+# True if this only adds (a table, a nullable or defaulted column, an index); False if it drops,
+# renames, retypes or swaps a key (docs/decisions/0011-expand-then-contract.md). Say which.
+expand_only = ...
 
 
 def upgrade() -> None:

@@ -24,7 +24,7 @@ from tests.support.databases import BACKENDS, PG_ADMIN_URL
 from tests.test_deploy import REPO, env_of, one, pod_spec, run, tool
 
 BASE = REPO / "deploy" / "kubernetes"
-COMPONENTS = ("launcher", "monitoring", "ingress")
+COMPONENTS = ("launcher", "monitoring", "ingress", "contract")
 # The oldest and the newest Kubernetes whose schemas kubernetes-validate ships.
 VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 OPERATOR_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
@@ -194,3 +194,33 @@ class TestIngressComponent:
         # the OpenAPI document's `servers` entry: the HTTPS URL, not the in-cluster one
         assert one(rendered, "ConfigMap", "fenceline")["data"]["FENCELINE_PUBLIC_URL"] == f"https://{rule['host']}"
         assert one(base, "ConfigMap", "fenceline")["data"]["FENCELINE_PUBLIC_URL"] == "http://fenceline"
+
+
+class TestUpgrades:
+    """Expand before the rollout, contract after it, and a drain that fits the grace period
+    (docs/upgrades.md)."""
+
+    def test_the_base_migrates_expand_only_and_the_contract_component_the_rest(self, base, tmp_path):
+        [expand] = pod_spec(one(base, "Job", "fenceline-migrate"))["containers"]
+        assert expand["args"] == ["migrate"]
+        [contract] = [o for o in added("contract", base, tmp_path) if o["kind"] == "Job"]
+        [container] = pod_spec(contract)["containers"]
+        assert container["args"] == ["migrate", "--contract"]
+        assert pod_spec(contract)["restartPolicy"] == "OnFailure" and contract["spec"]["backoffLimit"] > 0
+        assert env_of(container)["FENCELINE_DATABASE_URL"] == env_of(expand)["FENCELINE_DATABASE_URL"]
+
+    def test_a_server_pod_drains_within_its_grace_period(self, base):
+        spec = pod_spec(one(base, "Deployment", "fenceline-server"))
+        [container] = spec["containers"]
+        command = container["lifecycle"]["preStop"]["exec"]["command"]
+        assert command[0] == "sleep"
+        readiness = container["readinessProbe"]
+        assert int(command[1]) >= readiness["periodSeconds"]  # the endpoints see it go before SIGTERM
+        grace = float(env_of(container)["FENCELINE_DRAIN_GRACE_SECONDS"]["value"])
+        assert int(command[1]) + grace < spec["terminationGracePeriodSeconds"]
+
+    def test_a_worker_pod_finishes_its_tasks_within_its_grace_period(self, base):
+        spec = pod_spec(one(base, "StatefulSet", "fenceline-worker"))
+        [container] = spec["containers"]
+        grace = float(env_of(container)["FENCELINE_WORKER_GRACE_PERIOD"]["value"])
+        assert grace + 3 + 10 < spec["terminationGracePeriodSeconds"]  # SIGKILL 3 s on, 10 s to report

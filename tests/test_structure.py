@@ -60,6 +60,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("app.routing",),
     ("app.execution",),
     ("app.logs",),
+    ("app.fleet",),
     ("app.models",),  # every table, for the migrations and the snapshot
     ("app.airflow", "app.ui", "app.admin", "app.ops"),  # the faces over the domains
     ("app.main",),
@@ -69,7 +70,7 @@ LAYERS: list[tuple[str, ...]] = [
 # the fencing guards, which task code imports.
 AGENTS = ("app.worker", "app.launcher", "app.fencing")
 KITS = ("app.db", "app.telemetry", "app.web")
-DOMAINS = ("app.auth", "app.orchestration", "app.identity", "app.routing", "app.execution", "app.logs")
+DOMAINS = ("app.auth", "app.orchestration", "app.identity", "app.routing", "app.execution", "app.logs", "app.fleet")
 
 
 def layer(module: str) -> int:
@@ -135,6 +136,21 @@ def test_the_fencing_guards_import_nothing_of_the_server_and_nothing_imports_the
                 for i in app_imports(m) if i.startswith("app.fencing")}
 
 
+VERSIONS = APP.parent / "migrations" / "versions"
+
+
+def test_every_migration_says_whether_it_only_adds():
+    """Contract 10.1: each migration module sets `expand_only` to True or False at its top level
+    (app/fleet/window.py reads it to know how far back a schema may be served)."""
+    modules = sorted(VERSIONS.glob("*.py"))
+    assert len(modules) >= 11
+    for path in modules:
+        values = [node.value for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
+                  for target in node.targets if isinstance(target, ast.Name) and target.id == "expand_only"]
+        assert len(values) == 1 and isinstance(values[0], ast.Constant) and isinstance(values[0].value, bool), \
+            f"{path.name} does not say `expand_only = True` or `expand_only = False`"
+
+
 def test_the_root_is_thin_and_modules_are_small():
     root = sorted(p.name for p in APP.glob("*.py"))
     assert len(root) <= 8, root
@@ -158,7 +174,7 @@ SERVICES = {m for m in MODULES if m.endswith(".service")} | {
     f"app.execution.{n}" for n in ("fence", "dispatch", "reapers", "observations", "operator", "attempts", "history",
                                    "claims", "hub", "listener", "batch")
 } | {f"app.orchestration.{n}" for n in ("cas", "outcomes", "operator", "promotion", "readiness", "runs", "events")} | {
-    "app.admin.snapshot"}
+    "app.admin.snapshot", "app.fleet.replicas", "app.fleet.window"}
 
 
 def test_orchestration_never_looks_at_workers_or_presentation():

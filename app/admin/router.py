@@ -6,6 +6,9 @@ from fastapi.responses import JSONResponse
 
 from app.admin import snapshot
 from app.auth.deps import OperatorDep
+from app.db.types import utcnow
+from app.fleet import replicas
+from app.fleet.schemas import ReplicaPublic, ReplicasPublic
 from app.web.deps import JSON_OBJECT_BODY, JsonObjectDep, SessionDep
 from app.web.problems import problems
 from app.web.routes import Router
@@ -27,3 +30,12 @@ def export_snapshot(session: SessionDep, _: OperatorDep) -> JSONResponse:
 def restore_snapshot(session: SessionDep, _: OperatorDep, document: JsonObjectDep) -> dict[str, Any]:
     """Restore an exported document into an empty database."""
     return {"restored": snapshot.restore(session=session, document=document)}
+
+
+@router.get("/replicas")
+def list_replicas(session: SessionDep, _: OperatorDep) -> ReplicasPublic:
+    """The server processes serving this database (contract 10.2): version, migrations' head,
+    start and heartbeat; long-gone ones are forgotten after an hour."""
+    now, found = utcnow(), replicas.listing(session=session)
+    items = [ReplicaPublic(**r.model_dump(), alive=replicas.alive(r, now)) for r in found]
+    return ReplicasPublic(items=items, total_entries=len(items))

@@ -110,14 +110,30 @@ class Claims:
     def __init__(self, hub: Hub, engine: Engine, look_engine: Engine, *, threads: int) -> None:
         self.hub, self.engine, self.look_engine = hub, engine, look_engine
         self.batches = Batches(threads)
+        self.draining = False
+
+    def drain(self) -> None:
+        """This replica stops (on the event loop): no claim starts from now on (503, which a
+        worker repeats, reaching another replica), and every waiting claim is answered at once
+        with what it has (nothing), its client as good as gone."""
+        self.draining = True
+        self.hub.wake_all()
 
     async def claim(self, execution_id: uuid.UUID, *, limit: int, queues: list[str], wait_seconds: float,
                     gone: Callable[[], Awaitable[bool]], keyring: tokens.KeyRing, ttl_seconds: int
                     ) -> tuple[list[WorkItem], float]:
         """Up to `limit` ready task instances on `queues` for `execution_id`; with
         `wait_seconds`, as soon as some are claimed within that wait (hub.wait_for_work), and
-        nothing once `gone()`; and the seconds it waited."""
+        nothing once `gone()` or draining; and the seconds it waited."""
+        if self.draining:
+            refusal = AppError(503, "draining", "Draining", "This replica is stopping; claim again (another replica "
+                                                              "answers).")
+            refusal.headers = {"Retry-After": "1"}
+            raise refusal
         hub, waits, served = self.hub, wait_seconds > 0, frozenset(queues)
+
+        async def gone_or_draining() -> bool:
+            return self.draining or await gone()
 
         async def attempt() -> tuple[list[WorkItem], bool]:
             # Time-driven work may be due: make it ready, do not look. The last claim on these
@@ -129,7 +145,7 @@ class Claims:
                 return [], False
             started = tracing.now()
             items, held_back = await self.batches.together(served, self.claim_now, Ask(
-                execution_id, limit, sorted(served), waits, promote, busy, hub.generation, gone, keyring,
+                execution_id, limit, sorted(served), waits, promote, busy, hub.generation, gone_or_draining, keyring,
                 ttl_seconds))
             if started is not None:  # tracing is on
                 tracing.claimed(started, [(i.correlation.trace_id, i.correlation.dag_id, i.correlation.run_id)
@@ -137,8 +153,8 @@ class Claims:
                                 {"fenceline.execution_id": str(execution_id)})
             return items, held_back
 
-        return await wait_for_work(hub, attempt, limit=limit, seconds=wait_seconds, gone=gone, queues=queues,
-                                   claimer=execution_id)
+        return await wait_for_work(hub, attempt, limit=limit, seconds=wait_seconds, gone=gone_or_draining,
+                                   queues=queues, claimer=execution_id)
 
     def claim_now(self, asks: list[Ask]) -> list[Answer]:
         """Claim attempts on the same queues begun together (in a claim thread: Batches): those

@@ -189,6 +189,12 @@ class Hub:
             return per_queues[waiter.queues] <= count
         self._wake_where(first_of_its_queues)
 
+    def wake_all(self) -> None:
+        """Wake every waiting claim, and make those between two waits look again as after an
+        event (a replica draining: each then finds it is to answer)."""
+        self.generation += 1
+        self.wake(len(self._waiters))
+
     def wake(self, count: int, queues: frozenset[str] | None = None) -> None:
         """Wake up to `count` waiting claims serving any of `queues` (any claim when None),
         oldest first."""

@@ -53,7 +53,7 @@ def backoff(request: Request) -> Backoff:
 status = AttemptStatus.of
 
 
-@router.post("/v1/dispatch/claim", responses=refusals(StaleExecution))
+@router.post("/v1/dispatch/claim", responses={**refusals(StaleExecution), **problems(503)})
 async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -> WorkItems:
     """Claim up to `limit` ready task instances on `queues` for the calling execution (worker
     token); with `wait_seconds`, wait up to that long for work on those queues (answered as
@@ -61,10 +61,11 @@ async def claim(body: ClaimRequest, request: Request, execution_id: WorkerDep) -
     early), holding neither a thread nor a database connection while waiting."""
     state = request.app.state
     claims: Claims = state.claims
-    items, waited = await claims.claim(
-        execution_id, limit=body.limit, queues=body.queues, wait_seconds=body.wait_seconds,
-        gone=request.is_disconnected, keyring=installation(request).keyring,
-        ttl_seconds=state.settings.attempt_token_ttl_seconds)
+    with metrics.claims_in_flight.track_inprogress():
+        items, waited = await claims.claim(
+            execution_id, limit=body.limit, queues=body.queues, wait_seconds=body.wait_seconds,
+            gone=request.is_disconnected, keyring=installation(request).keyring,
+            ttl_seconds=state.settings.attempt_token_ttl_seconds)
     metrics.count_claim(len(items), waited)
     request.state.waited_seconds = waited  # not latency (app/telemetry/observe.py)
     return WorkItems(items=items)

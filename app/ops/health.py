@@ -67,21 +67,20 @@ async def health_live() -> dict[str, str]:
 
 def readiness(state: Any) -> dict[str, str]:
     """Each readiness check and what it found: `ok`, or why not."""
-    from alembic.runtime.migration import MigrationContext
-
-    from app.ops.migrate import head_revision
+    from app.fleet.window import refusal
+    from app.ops.migrate import chain
 
     checks: dict[str, str] = {}
     try:
         with state.read_engine.connect() as conn:
-            current = MigrationContext.configure(conn).get_current_revision()
+            why = refusal(conn, chain())
         checks["database"] = "ok"
-        head = head_revision()
-        checks["schema"] = "ok" if current == head else (
-            f"at revision {current or 'none'}, not at the migrations' head {head}: run `fenceline migrate`")
+        checks["schema"] = "ok" if why is None else why
     except SQLAlchemyError as exc:
         checks["database"] = f"does not answer ({type(exc).__name__})"
         checks["schema"] = "unknown (the database does not answer)"
+    if state.drain.draining:
+        checks["serving"] = "stopping (SIGTERM): the requests in flight finish, no new claims start"
     try:
         state.log_store.probe()
         checks["log_store"] = "ok"
@@ -92,8 +91,9 @@ def readiness(state: Any) -> dict[str, str]:
 
 @router.get("/health/ready", responses=problems(503))
 def health_ready(request: Request) -> dict[str, Any]:
-    """200 when this replica can serve: the database answers, its schema is at the migrations'
-    head, and the log store takes a write. 503 `not-ready` naming what is not, otherwise."""
+    """200 when this replica can serve: the database answers, this version serves its schema
+    (at the migrations' head, or within the window of contract 10.1), the log store takes a
+    write, and it is not stopping (draining). 503 `not-ready` naming what is not, otherwise."""
     checks = readiness(request.app.state)
     failed = {name: why for name, why in checks.items() if why != "ok"}
     if failed:

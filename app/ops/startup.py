@@ -2,9 +2,10 @@
 refusal (docs/operations.md): one line naming the setting, no traceback.
 
 2 a bad setting or a malformed database URL; 3 the port in use; 4 the database unreachable
-after retrying with back-off for FENCELINE_DB_CONNECT_TIMEOUT_SECONDS; 5 the schema not at the
-migrations' head under --no-migrate; 6 an unwritable data or log directory; 7 --workers refused
-(more than one on SQLite, or past the connection budget).
+after retrying with back-off for FENCELINE_DB_CONNECT_TIMEOUT_SECONDS; 5 a schema this version does
+not serve (docs/upgrades.md); 6 an unwritable data or log directory; 7 --workers refused (more than
+one on SQLite, or past the connection budget); 8 `migrate --contract` refused while a replica of an
+older release is alive.
 """
 
 import errno
@@ -23,6 +24,7 @@ from app.db.dialect import dialect_for_url
 
 BAD_SETTING, PORT_IN_USE, DATABASE_UNREACHABLE, SCHEMA_NOT_AT_HEAD, UNWRITABLE_DIRECTORY = 2, 3, 4, 5, 6
 WORKERS_REFUSED = 7  # --workers on SQLite, or past the database's connection budget
+CONTRACT_REFUSED = 8  # migrate --contract while a replica of an older head is alive
 # SQLSTATEs no retry can fix: wrong password or role, no such database. libpq reports a refused
 # connection with no SQLSTATE, only the server's message, so those are known by their words.
 _NOT_RETRIED = {"28P01", "28000", "3D000"}

@@ -81,6 +81,10 @@ claim_wait = Histogram(
 zeroed(claim_wait, outcome=("claimed", "empty"))
 
 
+claims_in_flight = Gauge("fenceline_claims_in_flight",
+                         "Claims being answered now, waiting ones included.", multiprocess_mode="livesum")
+
+
 def count_claim(handed_out: int, waited: float) -> None:
     claims.inc()
     if handed_out:

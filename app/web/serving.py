@@ -123,11 +123,12 @@ class GuardedProtocol(HttpToolsProtocol):
 
 def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
     """uvicorn's Config for `app` (an application, or an import string with factory=True) with
-    the guarded protocol and the keep-alive bound of `settings`."""
+    the guarded protocol, the keep-alive bound and the drain's grace period of `settings`."""
     # The supervisor of `--workers N` kills a process that does not answer its ping within this
     # many seconds; a process still importing on a loaded node answers late, and uvicorn's 5 s
     # killed it over and over (seen at a load average of 15: serve never came up).
     config = uvicorn.Config(app, http=GuardedProtocol, timeout_keep_alive=settings.keep_alive_timeout_seconds,
-                            timeout_worker_healthcheck=30, **options)
+                            timeout_graceful_shutdown=settings.drain_grace_seconds, timeout_worker_healthcheck=30,
+                            **options)
     setattr(config, CONFIG_ATTRIBUTE, HeadLimits.from_settings(settings))
     return config

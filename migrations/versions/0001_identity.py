@@ -12,6 +12,8 @@ revision = '0001'
 down_revision = None
 branch_labels = None
 depends_on = None
+# Only adds: the first tables.
+expand_only = True
 
 
 def upgrade() -> None:

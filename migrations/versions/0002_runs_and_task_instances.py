@@ -12,6 +12,8 @@ revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
+# Only adds: tables.
+expand_only = True
 
 
 def upgrade() -> None:

@@ -20,6 +20,8 @@ revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
+# Only adds: a defaulted column and a table; the history's key stays (see above).
+expand_only = True
 
 
 def _lock_timeout() -> None:

@@ -15,6 +15,8 @@ revision = "0005"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
+# Only adds: a table.
+expand_only = True
 
 
 def upgrade() -> None:

@@ -15,6 +15,8 @@ revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
+# Only adds: tables and an index.
+expand_only = True
 
 
 def _lock_timeout() -> None:

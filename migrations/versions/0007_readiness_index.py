@@ -16,6 +16,8 @@ revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
+# Only adds: an index.
+expand_only = True
 
 
 def _lock_timeout() -> None:

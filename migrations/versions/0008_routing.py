@@ -19,6 +19,8 @@ revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
+# Only adds: tables and defaulted or nullable columns (see above).
+expand_only = True
 
 
 def _lock_timeout() -> None:

@@ -17,6 +17,8 @@ revision = "0010"
 down_revision = "0009"
 branch_labels = None
 depends_on = None
+# Only adds: a defaulted column.
+expand_only = True
 
 
 def _lock_timeout() -> None:

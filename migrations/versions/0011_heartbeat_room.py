@@ -19,6 +19,8 @@ revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None
+# Changes only a storage parameter, which no statement reads.
+expand_only = True
 
 FILLFACTOR = 70
 
