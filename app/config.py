@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     # Request bodies, bounded before they are parsed (413 beyond): every route's, and the three
     # that carry more once the caller's token allows them (log appends: log_max_request_bytes).
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # The time a body has to arrive after its head, one second more per 64 KiB that arrived
+    # (a steady large upload goes on): 408 and the connection closed after (app/web/ingress.py).
+    request_body_timeout_seconds: float = Field(default=20.0, gt=0, le=3600)
     run_max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     snapshot_max_request_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
     # JSON nesting (422 beyond): a whole body, and a free-form field (a run's conf) counted

@@ -51,7 +51,7 @@ from app.airflow.v2_schemas import (
     try_response,
 )
 from app.auth import tokens
-from app.auth.deps import BearerDep, check_password, installation, operator_token
+from app.auth.deps import BearerDep, check_password, checked_before_body, installation, operator_token
 from app.errors import AppError, forbidden, unauthorized
 from app.logs.deps import StoreDep
 from app.orchestration.models import TaskInstance
@@ -62,6 +62,7 @@ from app.web.routes import Router
 PREFIX = "/api/v2"
 
 
+@checked_before_body(tokens.OPERATOR_SCOPE)
 async def require_bearer_operator(request: Request, bearer: BearerDep) -> str:
     """An operator's bearer token, refused as Airflow 3 refuses one: 401 when missing or
     expired, 403 when invalid or of another kind. CPU only: no thread hop (app/auth/deps.py)."""
