@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     worker_token_ttl_seconds: int = 7 * 24 * 3600
     # Launcher tokens admit and update executions, nothing else (for workers and launchers).
     launcher_token_ttl_seconds: int = 30 * 24 * 3600
+    # Device tokens (app/auth/throttle.py): a client that logged in before is not slowed down
+    # by others' failed logins for this long after its last login.
+    device_token_ttl_seconds: int = Field(default=365 * 24 * 3600, ge=60)
     # Metrics tokens read /metrics and nothing else (for Prometheus, from a Secret).
     metrics_token_ttl_seconds: int = Field(default=365 * 24 * 3600, ge=60)
     attempt_token_ttl_seconds: int = 3600

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import iter_route_contexts
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
@@ -33,6 +33,19 @@ def installation(request: Request) -> Installation:
     return request.app.state.installation
 
 
+# Where a client sends back the device token of its last login (app/auth/throttle.py).
+DEVICE_COOKIE, DEVICE_HEADER = "fenceline_device", "fenceline-device"
+
+
+def device_of(request: Request, username: str) -> str | None:
+    """The device a token the client sent recognises for `username` (cookie or header), if any."""
+    keyring = installation(request).keyring
+    for token in (request.headers.get(DEVICE_HEADER), request.cookies.get(DEVICE_COOKIE)):
+        if token and (device := tokens.device_of(keyring, token, username)) is not None:
+            return device
+    return None
+
+
 def check_password(request: Request, username: str, password: str, scheme: str = "Bearer",
                    refusal: str = "Invalid username or password.") -> None:
     """The one password check of every surface (POST /auth/token, HTTP Basic, the dashboard's
@@ -40,14 +53,14 @@ def check_password(request: Request, username: str, password: str, scheme: str =
     for a wrong password, counted; None for the right one. The counts are written in a
     transaction of their own: the request's own is rolled back with its 401."""
     state = request.app.state
-    caller = throttle.Caller(username, request.client.host if request.client else None)
+    caller = throttle.Caller(username, request.client.host if request.client else None, device_of(request, username))
     now = utcnow()
     with Session(state.read_engine) as session:
         standing = throttle.standing(session=session, caller=caller, now=now)
     if standing.wait_seconds:
         raise throttle.throttled(standing.wait_seconds)
     right = installation(request).operator.check(username, password)
-    if not right or standing.username_failures:
+    if not right or standing.own_failures:
         with Session(state.engine) as session:
             if right:
                 throttle.succeeded(session=session, caller=caller)
@@ -62,6 +75,16 @@ def operator_token(request: Request, username: str) -> str:
     """A fresh operator token for `username`, whose password was just checked."""
     ttl = request.app.state.settings.operator_token_ttl_seconds
     return tokens.mint_operator(installation(request).keyring, username, ttl_seconds=ttl)
+
+
+def remember_device(request: Request, response: Response, username: str) -> str:
+    """A fresh device token for the client that just logged in as `username`, set as its cookie
+    too (HttpOnly, SameSite=Strict: no other site can send it); answers the token."""
+    ttl = request.app.state.settings.device_token_ttl_seconds
+    token = tokens.mint_device(installation(request).keyring, username, ttl_seconds=ttl)
+    response.set_cookie(DEVICE_COOKIE, token, max_age=ttl, path="/", httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
+    return token
 
 
 @dataclass(frozen=True)
