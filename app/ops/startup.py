@@ -82,7 +82,7 @@ def database_engine(settings: Settings) -> Engine:
 
 def _writable(directory: Path, setting: str) -> None:
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # private (app/ops/private.py)
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as exc:
@@ -157,7 +157,7 @@ def hand_over_password(password: str, settings: Settings, say, *, terminal: bool
         return
     path = settings.data_dir / "operator-password"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as file:
             os.fchmod(file.fileno(), 0o600)
