@@ -27,7 +27,6 @@ def _prepare(settings: "Settings", say: Callable[[str], None] = lambda _: None, 
     engine = startup.database_engine(settings)
     if writes:
         startup.check_directories(settings)
-        private.create_database_file(settings)
         if (warning := private.repair(settings)) is not None:
             say(warning)
     if not dialect_of(engine).file_based:  # a file is opened, not reached (and not made by a refused start)
@@ -41,8 +40,10 @@ def _say(message: str) -> None:
 
 def _migrate(settings: "Settings", say: Callable[[str], None] = lambda _: None) -> str:
     from app.ops.migrate import upgrade
+    from app.ops.private import create_database_file
 
     url = _prepare(settings, say)
+    create_database_file(settings)  # private from its first byte (app/ops/private.py)
     upgrade(url)
     return url
 
