@@ -9,12 +9,14 @@ migrations' head under --no-migrate; 6 an unwritable data or log directory; 7 --
 
 import errno
 import os
+import re
 import socket
 import tempfile
 import time
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
@@ -27,6 +29,11 @@ WORKERS_REFUSED = 7  # --workers on SQLite, or past the database's connection bu
 # connection with no SQLSTATE, only the server's message, so those are known by their words.
 _NOT_RETRIED = {"28P01", "28000", "3D000"}
 _NOT_RETRIED_WORDS = ("password authentication failed", "does not exist", "no pg_hba.conf entry")
+
+
+# What a JSON setting looks like, for the line refusing one that is not JSON.
+JSON_EXAMPLES = {"FENCELINE_TRUSTED_PROXIES": '\'["10.0.0.0/8"]\'',
+                 "FENCELINE_JWT_ACCEPTED_KEYS": '\'{"k0": "the old secret"}\''}
 
 
 class StartupError(Exception):
@@ -47,12 +54,17 @@ def load_settings() -> Settings:
 
     try:
         return get_settings()
+    except SettingsError as exc:  # a variable of a list or mapping that is not JSON
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = _setting(field.group(1)) if field else "a setting"
+        raise StartupError(BAD_SETTING, f"{name} is not valid: not JSON (for example "
+                                        f"{JSON_EXAMPLES.get(name, '[]')})") from exc
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         name = _setting(".".join(str(p) for p in error["loc"][:1]))
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise StartupError(BAD_SETTING, f"{name}={str(error.get('input'))[:80]!r} is not valid: "
-                                        f"{error['msg']}{more}") from exc
+                                        f"{error['msg'].removeprefix('Value error, ')}{more}") from exc
 
 
 def redacted(url: str) -> str:
