@@ -227,9 +227,10 @@ def cmd_launcher(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from app.worker.demo import run_demo
+    from app.worker.demo import Demo, run_demo
+    from app.worker.demo_fencing import FencingDemo
 
-    return run_demo(keep=args.keep, timeout=args.timeout)
+    return run_demo(keep=args.keep, timeout=args.timeout, scenario=FencingDemo if args.scenario == "fencing" else Demo)
 
 
 def _store_name(value: str) -> str:
@@ -305,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="a throw-away server, two workers and an example run, explained")
     demo.add_argument("--keep", action="store_true", help="keep the server up after the run (Ctrl-C ends it)")
     demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")
+    demo.add_argument("--scenario", choices=("replace", "fencing"), default="replace",
+                      help="replace: a worker killed mid-task, its task re-placed (the default); fencing: a worker "
+                           "paused with its task, whose late write to a database the fencing guard refuses")
     demo.set_defaults(func=cmd_demo)
     args = parser.parse_args(argv)
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.db.dialect import with_driver
@@ -55,6 +55,31 @@ def http_url(value: str) -> str:
     return value
 
 
+def signing_key_algorithm(pem: str, *, public: bool = False) -> str:
+    """EdDSA or ES256 for a PEM Ed25519 or ECDSA P-256 key (private, or public too if `public`);
+    ValueError, without a word of the key, for anything else."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+    try:
+        if public and "PRIVATE KEY" not in pem:
+            key = serialization.load_pem_public_key(pem.encode())
+        else:
+            key = serialization.load_pem_private_key(pem.encode(), password=None)
+    except (ValueError, TypeError):
+        raise ValueError("not an unencrypted PEM key") from None
+    if isinstance(key, ed25519.Ed25519PrivateKey | ed25519.Ed25519PublicKey):
+        return "EdDSA"
+    if isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1):
+        return "ES256"
+    raise ValueError("not an Ed25519 or ECDSA P-256 key")
+
+
+def _agrees(algorithm: str, configured: str | None) -> None:
+    if configured not in (None, "HS256", algorithm):  # HS256, the default, yields to a key given
+        raise ValueError(f"the key signs {algorithm}, not FENCELINE_JWT_ALGORITHM={configured}")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FENCELINE_", extra="ignore")
 
@@ -100,6 +125,16 @@ class Settings(BaseSettings):
     jwt_kid: str = "k1"
     jwt_secret: SecretStr | None = None
     jwt_accepted_keys: dict[str, SecretStr] = {}
+    # Asymmetric signing (contract 11.3, docs/fencing.md): an Ed25519 (EdDSA) or ECDSA P-256
+    # (ES256) private key as PEM, given as a value or a file, signs every token instead, under its
+    # RFC 7638 thumbprint as kid; with jwt_algorithm EdDSA or ES256 and no key, one is generated at
+    # first start and kept in the database. The HS256 keys above stay accepted, and so do the
+    # public keys of jwt_accepted_public_keys (PEM, rotated-out keys) until their tokens expire;
+    # every accepted public key is served at /.well-known/jwks.json.
+    jwt_algorithm: Literal["HS256", "EdDSA", "ES256"] = "HS256"
+    jwt_signing_key: SecretStr | None = None
+    jwt_signing_key_file: Path | None = None
+    jwt_accepted_public_keys: list[str] = []
     operator_token_ttl_seconds: int = 3600
     worker_token_ttl_seconds: int = 7 * 24 * 3600
     # Launcher tokens admit and update executions, nothing else (for workers and launchers).
@@ -173,6 +208,40 @@ class Settings(BaseSettings):
     @classmethod
     def _known_store(cls, value: str | None) -> str | None:
         return None if value is None else log_store_name(value)
+
+    @field_validator("jwt_signing_key")
+    @classmethod
+    def _signing_key(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if value is not None:
+            _agrees(signing_key_algorithm(value.get_secret_value()), info.data.get("jwt_algorithm"))
+        return value
+
+    @field_validator("jwt_signing_key_file")
+    @classmethod
+    def _signing_key_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None:
+            if info.data.get("jwt_signing_key") is not None:
+                raise ValueError("give the signing key as a value or as a file, not both")
+            try:
+                pem = value.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+            _agrees(signing_key_algorithm(pem), info.data.get("jwt_algorithm"))
+        return value
+
+    @field_validator("jwt_accepted_public_keys")
+    @classmethod
+    def _public_keys(cls, value: list[str]) -> list[str]:
+        for pem in value:
+            signing_key_algorithm(pem, public=True)
+        return value
+
+    @property
+    def signing_key_pem(self) -> str | None:
+        """The asymmetric signing key's PEM, from the value or the file; None for HS256."""
+        if self.jwt_signing_key is not None:
+            return self.jwt_signing_key.get_secret_value()
+        return self.jwt_signing_key_file.read_text() if self.jwt_signing_key_file is not None else None
 
     @property
     def resolved_log_dir(self) -> Path:

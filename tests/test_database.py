@@ -17,7 +17,8 @@ from app.main import create_app
 from app.ops.migrate import upgrade
 from app.web.deps import SessionDep
 from tests.support.api import Operator, assert_problem, task
-from tests.support.databases import database_on, throwaway_database
+from tests.support.clusters import Cluster, database_on, is_shared_server
+from tests.support.databases import PG_ADMIN_URL, throwaway_database
 from tests.support.filesystems import small_filesystem
 from tests.support.settings import app_settings
 from tests.support.tcp_proxy import TcpProxy
@@ -38,6 +39,7 @@ class TestFaults:
         backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
         with small_filesystem("3m") as mount, database_on(mount, backend) as url, \
                 operator_on(url) as client:
+            assert not is_shared_server(url)
             answers = [client.post("/v1/runs", json=run_body(f"r{n}", 96 * 1024)) for n in range(64)]
             full = [a for a in answers if a.status_code != 201]
             assert full, "the file system never filled"
@@ -45,6 +47,14 @@ class TestFaults:
             assert problem["detail"] == DatabaseFault.FULL.detail
             stored = {r["run_id"] for r in client.get("/v1/runs", params={"limit": 500}).json()["items"]}
             assert stored == {f"r{n}" for n, a in enumerate(answers) if a.status_code == 201}
+
+    def test_a_tablespace_is_never_made_on_the_shared_server(self, tmp_path):
+        """A server whose tablespace fills up or vanishes may PANIC and stop for every database
+        on it, so the disk-full tests only ever fill one of a cluster of their own."""
+        shared = Cluster(tmp_path, tmp_path)
+        shared.port = make_url(PG_ADMIN_URL).port or 5432
+        with pytest.raises(AssertionError, match="cluster of the test's own"):
+            shared.create_database(tablespace_in=tmp_path)
 
     def test_no_free_connection_is_503_naming_the_pool(self, make_client):
         client = make_client(database_pool_size=1, database_max_overflow=0, database_pool_timeout_seconds=0.2)

@@ -152,3 +152,14 @@ class TestClientLeaves:
                             "the access line of the request whose client left")
         assert record.status == 499, record.getMessage()
         assert REGISTRY.get_sample_value("fenceline_http_requests_total", labels) == before + 1
+
+
+class TestEveryRoute:
+    def test_every_route_that_takes_a_body_checks_its_token_first_but_the_logins(self, db_url):
+        """A route added without a registered authentication dependency (checked_before_body)
+        would read a stranger's body before refusing it."""
+        app = create_app(app_settings(db_url))
+        unchecked = {(route.path, method) for route, found in app.state.header_check.routes if found is None
+                     for method in (getattr(route, "methods", None) or ()) if method in ("POST", "PUT", "PATCH")}
+        assert unchecked == {("/auth/token", "POST"), ("/auth/token/cli", "POST"), ("/ui/login", "POST"),
+                             ("/ui/logout", "POST")}

@@ -65,8 +65,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("app.main",),
     ("app.cli",),
 ]
-# The agents: HTTP clients of the server, outside its layers (tested on their own below).
-AGENTS = ("app.worker", "app.launcher")
+# The agents: HTTP clients of the server, outside its layers (tested on their own below); and
+# the fencing guards, which task code imports.
+AGENTS = ("app.worker", "app.launcher", "app.fencing")
 KITS = ("app.db", "app.telemetry", "app.web")
 DOMAINS = ("app.auth", "app.orchestration", "app.identity", "app.routing", "app.execution", "app.logs")
 
@@ -123,6 +124,15 @@ def test_the_launcher_imports_only_the_worker_and_telemetry():
     importers = {m for m in MODULES if not m.startswith("app.launcher")
                  for i in app_imports(m) if i.startswith("app.launcher")}
     assert importers <= {"app.cli"}, importers
+
+
+def test_the_fencing_guards_import_nothing_of_the_server_and_nothing_imports_them():
+    """Task code imports them (docs/fencing.md): they stand alone, with no dependency beyond
+    the driver or client the task hands them."""
+    for module in (m for m in MODULES if m.startswith("app.fencing")):
+        assert {i for i in app_imports(module) if not i.startswith("app.fencing")} <= {"app"}, module
+    assert not {m for m in MODULES if not m.startswith("app.fencing")
+                for i in app_imports(m) if i.startswith("app.fencing")}
 
 
 def test_the_root_is_thin_and_modules_are_small():

@@ -231,9 +231,18 @@ async def require_attempt(request: Request, bearer: BearerDep) -> tokens.Attempt
     return attempt
 
 
+async def require_operator_or_attempt(request: Request, bearer: BearerDep) -> tokens.AttemptClaims | None:
+    """An operator's token (None) or an attempt token (its claims, checked as require_attempt
+    checks them): reads an attempt's own task instance may answer either."""
+    if verified_claims(request, bearer, tokens.OPERATOR_SCOPE, tokens.ATTEMPT_SCOPE)["scope"] == tokens.OPERATOR_SCOPE:
+        return None
+    return await require_attempt(request, bearer)
+
+
 OperatorDep = Annotated[str, Depends(require_operator)]
 LauncherDep = Annotated[str, Depends(require_launcher)]
 OperatorOrBasicDep = Annotated[str, Depends(require_operator_or_basic)]
 MetricsReaderDep = Annotated[str, Depends(require_metrics_reader)]
 WorkerDep = Annotated[uuid.UUID, Depends(require_worker)]
 AttemptDep = Annotated[tokens.AttemptClaims, Depends(require_attempt)]
+OperatorOrAttemptDep = Annotated[tokens.AttemptClaims | None, Depends(require_operator_or_attempt)]

@@ -79,6 +79,22 @@ def mint_launcher_token(request: Request, operator: OperatorDep) -> LauncherToke
     return LauncherTokenPublic(launcher_token=token, expires_in=ttl)
 
 
+class JsonWebKeySet(BaseModel):
+    """RFC 7517: the public keys tokens are signed with, each with its `kid`, `alg` and `use`."""
+
+    keys: list[dict[str, str]]
+
+
+@router.get("/.well-known/jwks.json")
+def jwks(request: Request, response: Response) -> JsonWebKeySet:
+    """Every public key a token of this installation may be signed with, the active one and
+    those still accepted during a rotation (contract 11.3), so another service verifies a
+    token with a stock JWT library and no secret of fenceline's. Open, as the health routes
+    are. Empty while tokens are signed HS256 (the default), whose key is a shared secret."""
+    response.headers["Cache-Control"] = "public, max-age=300"
+    return JsonWebKeySet(keys=installation(request).keyring.jwks())
+
+
 class MetricsTokenPublic(BaseModel):
     metrics_token: str
     expires_in: int

@@ -12,7 +12,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import Engine, select
 from sqlmodel import Session
 
-from app.auth import tokens
+from app.auth import keys, tokens
 from app.auth.models import InstallationSecret
 from app.auth.tokens import KeyRing, new_secret
 from app.config import Settings
@@ -91,10 +91,29 @@ def bootstrap(engine: Engine, settings: Settings) -> Installation:
             stored_hash, created = _get_or_create(session, "admin_password_hash", lambda: _hasher.hash(password))
             generated = password if created else None
             operator = OperatorCredentials(settings.admin_username, password_hash=stored_hash)
+        signing_pem = settings.signing_key_pem
+        if signing_pem is None and settings.jwt_algorithm in keys.ASYMMETRIC:
+            signing_pem, _ = _get_or_create(session, f"jwt_signing_key_{settings.jwt_algorithm.lower()}",
+                                            lambda: keys.generate(settings.jwt_algorithm))
         session.commit()
-    keys = {kid: s.get_secret_value() for kid, s in settings.jwt_accepted_keys.items()}
-    keys[settings.jwt_kid] = active
-    return Installation(KeyRing(settings.jwt_kid, keys, settings.unscoped_token_grace_seconds), operator, generated)
+    return Installation(keyring(settings, active, signing_pem), operator, generated)
+
+
+def keyring(settings: Settings, secret: str, signing_pem: str | None) -> KeyRing:
+    """The HS256 keys (the active secret under jwt_kid, the accepted ones under theirs), the
+    accepted public keys and, when there is one, the asymmetric signing key, which then signs
+    (each asymmetric key under its thumbprint)."""
+    ring: dict[str, keys.Key] = {kid: s.get_secret_value() for kid, s in settings.jwt_accepted_keys.items()}
+    ring[settings.jwt_kid] = secret
+    for pem in settings.jwt_accepted_public_keys:
+        public = keys.load_public(pem)
+        ring[keys.kid_of(public)] = public
+    active = settings.jwt_kid
+    if signing_pem is not None:
+        private = keys.load_private(signing_pem)
+        active = keys.kid_of(private)
+        ring[active] = private
+    return KeyRing(active, ring, settings.unscoped_token_grace_seconds)
 
 
 def verified_attempt(keyring: tokens.KeyRing, credentials: str, *,

@@ -3,11 +3,14 @@ imports jwt, and the only one that decides what a token claims.
 
 Kinds, by `scope`: operator (an operator's login), launcher (admits and updates executions),
 metrics (reads /metrics, nothing else), worker (one execution claims work), attempt (one
-attempt's agent writes) and log-cursor (a position in one try's log). Tokens are HS256 with a
-`kid` header naming the key; several keys may be accepted at once so that the signing key can
-rotate. Every token names its issuer and its kind's own audience (`iss`, `aud`). Verification
-pins the algorithm (no `alg: none`, no algorithm confusion), requires the standard claims, the
-issuer, an audience that matches the scope and `nbf` (with a small leeway for clocks), and
+attempt's agent writes) and log-cursor (a position in one try's log). Tokens carry a `kid`
+header naming the key; several keys may be accepted at once so that the signing key can rotate.
+A key is an HS256 secret (the zero-set-up default) or an asymmetric key (Ed25519 as EdDSA,
+ECDSA P-256 as ES256, app/auth/keys.py) whose public half anyone may verify with (jwks). Every
+token names its issuer and its kind's own audience (`iss`, `aud`). Verification pins the
+algorithm to the key's own (no `alg: none`, no algorithm confusion), requires the standard
+claims, the issuer, an audience that matches the scope and `nbf` (with a small leeway for
+clocks), and
 checks the scope. A token minted before tokens named their audience is accepted for the key
 ring's grace period from its `iat`, and counted; after it, it is refused like any invalid token.
 """
@@ -24,9 +27,10 @@ from typing import Any, Protocol
 import jwt
 
 from app.auth.attempt_key import AttemptKey
+from app.auth.keys import Key, algorithm_of, public_jwk, verifying
 from app.telemetry.metrics import tokens_without_audience, zeroed
 
-ALGORITHM = "HS256"
+ALGORITHM = "HS256"  # an HMAC secret's; an asymmetric key's is its own (algorithm_of)
 ISSUER = "fenceline"
 LEEWAY_SECONDS = 30  # clock skew between replicas and agents, for exp, nbf and iat
 OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE, METRICS_SCOPE = "operator", "launcher", "worker", "metrics"
@@ -98,13 +102,17 @@ class KeyRing:
     tokens named their audience is still accepted (counted from its iat)."""
 
     active_kid: str
-    keys: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, Key] = field(default_factory=dict)
     unscoped_grace_seconds: int = UNSCOPED_GRACE_SECONDS
     verified: Verified = field(default_factory=Verified, compare=False, repr=False)
 
     @property
-    def active_key(self) -> str:
+    def active_key(self) -> Key:
         return self.keys[self.active_kid]
+
+    def jwks(self) -> list[dict[str, str]]:
+        """The public keys of the ring's asymmetric keys, as JWKs with their kid (RFC 7517)."""
+        return [public_jwk(key, kid) for kid, key in self.keys.items() if not isinstance(key, str)]
 
 
 def new_secret() -> str:
@@ -122,7 +130,8 @@ def mint(keyring: KeyRing, claims: dict[str, Any], *, ttl_seconds: int, now: int
 
 
 def _sign(keyring: KeyRing, body: dict[str, Any]) -> str:
-    return jwt.encode(body, keyring.active_key, algorithm=ALGORITHM, headers={"kid": keyring.active_kid})
+    key = keyring.active_key
+    return jwt.encode(body, key, algorithm=algorithm_of(key), headers={"kid": keyring.active_kid})
 
 
 def decode(keyring: KeyRing, token: str, *, scopes: tuple[str, ...]) -> dict[str, Any]:
@@ -146,12 +155,15 @@ def _verify(keyring: KeyRing, token: str) -> dict[str, Any]:
     except jwt.PyJWTError as exc:
         raise InvalidToken("malformed token") from exc
     kid = header.get("kid")
-    if header.get("alg") != ALGORITHM or not isinstance(kid, str) or kid not in keyring.keys:
+    if not isinstance(kid, str) or kid not in keyring.keys:
         raise InvalidToken("unknown key or algorithm")
-    key = keyring.keys[kid]
+    algorithm = algorithm_of(keyring.keys[kid])
+    if header.get("alg") != algorithm:  # the key's own algorithm, whatever the header asks
+        raise InvalidToken("unknown key or algorithm")
+    key = verifying(keyring.keys[kid])
     try:
         try:
-            claims = jwt.decode(token, key, algorithms=[ALGORITHM], issuer=ISSUER, audience=AUDIENCES,
+            claims = jwt.decode(token, key, algorithms=[algorithm], issuer=ISSUER, audience=AUDIENCES,
                                 leeway=LEEWAY_SECONDS, options={"require": SCOPED_CLAIMS})
         except jwt.MissingRequiredClaimError as exc:
             if exc.claim not in ("iss", "aud", "nbf"):
@@ -166,10 +178,10 @@ def _verify(keyring: KeyRing, token: str) -> dict[str, Any]:
     return claims
 
 
-def _unscoped(keyring: KeyRing, token: str, key: str) -> dict[str, Any]:
+def _unscoped(keyring: KeyRing, token: str, key: Key) -> dict[str, Any]:
     """The claims of a token minted before tokens named their issuer and audience: accepted,
     and counted, within the grace period from its iat; InvalidToken after it."""
-    claims = jwt.decode(token, key, algorithms=[ALGORITHM], leeway=LEEWAY_SECONDS,
+    claims = jwt.decode(token, key, algorithms=[algorithm_of(key)], leeway=LEEWAY_SECONDS,
                         options={"require": REQUIRED_CLAIMS, "verify_aud": False})
     if "iss" in claims or "aud" in claims:
         raise InvalidToken("the token names an issuer or an audience, not both")

@@ -9,8 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from pydantic_core import to_json
 
-from app.auth.deps import AttemptDep, OperatorDep, WorkerDep, installation
-from app.errors import AppError
+from app.auth.deps import AttemptDep, OperatorDep, OperatorOrAttemptDep, WorkerDep, installation
+from app.errors import AppError, forbidden
 from app.execution import attempts, batch, fence, observations, operator, reapers
 from app.execution.claims import Claims
 from app.execution.schemas import (
@@ -21,6 +21,8 @@ from app.execution.schemas import (
     BatchRequest,
     BatchResults,
     ClaimRequest,
+    FencePublic,
+    FenceRefusal,
     ObservationIn,
     ObservationResult,
     RenewedToken,
@@ -177,6 +179,18 @@ def list_attempts(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> Atte
     runs.get_task_instance(session=session, ti_id=ti_id)
     return AttemptsPublic(items=[AttemptPublic.model_validate(a, from_attributes=True)
                                  for a in attempts.list_attempts(session=session, ti_id=ti_id)])
+
+
+@router.get("/v1/task-instances/{ti_id}/fence", responses=refusals(FenceRefusal))
+def read_fence(ti_id: uuid.UUID, session: SessionDep, token: OperatorOrAttemptDep) -> FencePublic:
+    """The task instance's fencing token now, for a store that prefers asking to remembering
+    (contract 11.4): an operator's token, or an attempt token of this very task instance, a
+    superseded attempt's included (it learns here that it is)."""
+    if token is not None and token.ti_id != ti_id:
+        raise forbidden("An attempt token reads the fence of its own task instance only.")
+    ti = runs.get_task_instance(session=session, ti_id=ti_id)
+    return FencePublic(try_number=ti.try_number, attempt_epoch=ti.attempt_epoch, fencing_token=ti.attempt_epoch,
+                       state=ti.state)
 
 
 @router.post("/v1/admin/reap", tags=["admin"])

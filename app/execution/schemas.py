@@ -89,6 +89,25 @@ class AttemptStatus(BaseModel):
         return cls(ti_id=ti.id, state=ti.state, try_number=ti.try_number, attempt_epoch=ti.attempt_epoch)
 
 
+class FencePublic(BaseModel):
+    """Where a task instance's fence stands now (contract 11.4): `fencing_token` is what its
+    live attempt finds as FENCELINE_FENCING_TOKEN, and what a store keeps as the largest it has
+    seen; any attempt holding a smaller one is superseded."""
+
+    try_number: int
+    attempt_epoch: int
+    fencing_token: int
+    state: str
+
+
+class FenceRefusal(Problem):
+    """Who may not read a fence: `forbidden` (403) for an attempt token of another task
+    instance, `task-instance-not-found` (404) for an operator asking after none."""
+
+    STATUSES: ClassVar[tuple[int, ...]] = (403, 404)
+    type: Literal["forbidden", "task-instance-not-found"]
+
+
 class RenewedToken(BaseModel):
     attempt_token: str
 

@@ -88,6 +88,7 @@ def manifest(item: dict[str, Any], *, namespace: str, launcher: str, traceparent
     annotations = {PREFIX + label: str(correlation[field]) for label, field in LABELS.items()
                    if correlation.get(field) is not None}
     annotations[PREFIX + "ti-id"] = str(correlation["ti_id"])
+    annotations[PREFIX + "fencing-token"] = str(correlation["attempt_epoch"])  # contract 11.1, as the env says
     env = task_env(payload, correlation, {}, traceparent)
     container: dict[str, Any] = {
         "name": CONTAINER, "image": payload["image"], "args": list(payload.get("args") or []),

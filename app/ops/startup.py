@@ -31,6 +31,7 @@ _NOT_RETRIED = {"28P01", "28000", "3D000"}
 _NOT_RETRIED_WORDS = ("password authentication failed", "does not exist", "no pg_hba.conf entry")
 
 
+SECRET_SETTINGS = frozenset(name for name, f in Settings.model_fields.items() if "Secret" in str(f.annotation))
 # What a JSON setting looks like, for the line refusing one that is not JSON.
 JSON_EXAMPLES = {"FENCELINE_TRUSTED_PROXIES": '\'["10.0.0.0/8"]\'',
                  "FENCELINE_JWT_ACCEPTED_KEYS": '\'{"k0": "the old secret"}\''}
@@ -61,9 +62,11 @@ def load_settings() -> Settings:
                                         f"{JSON_EXAMPLES.get(name, '[]')})") from exc
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        name = _setting(".".join(str(p) for p in error["loc"][:1]))
+        field = ".".join(str(p) for p in error["loc"][:1])
+        name = _setting(field)
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise StartupError(BAD_SETTING, f"{name}={str(error.get('input'))[:80]!r} is not valid: "
+        shown = "" if field in SECRET_SETTINGS else f"={str(error.get('input'))[:80]!r}"  # never a secret's words
+        raise StartupError(BAD_SETTING, f"{name}{shown} is not valid: "
                                         f"{error['msg'].removeprefix('Value error, ')}{more}") from exc
 
 

@@ -47,6 +47,14 @@ class Demo:
         self.started = time.monotonic()
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
+    def introduce(self) -> None:
+        self.say("fenceline demo: a throw-away server, two workers and one example run")
+        self.say(f"  server   {self.url} (SQLite under {self.root}; operator admin / {PASSWORD})")
+        self.say(f"  workers  {', '.join(SEATS)} (one task at a time each)")
+        self.say(f"  run      {DAG_ID} / {RUN_ID}: extract -> transform[0..2] -> load")
+        self.say(f"           {label_of(FLAKY)} fails on its first try (retries: 1); "
+                 f"{label_of(VICTIM)} (retries: 0) loses its worker mid-run")
+
     def say(self, line: str = "") -> None:
         print(line, file=self.out, flush=True)
 
@@ -198,17 +206,13 @@ def _interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
+def run_demo(keep: bool = False, timeout: float = 120.0, scenario: type[Demo] = Demo) -> int:
+    """Run `scenario` (a Demo) on a throw-away server and two workers, then remove them."""
     root = Path(tempfile.mkdtemp(prefix="fenceline-demo-"))
     for sig in (signal.SIGTERM, signal.SIGINT):  # cleaned up either way, even where SIGINT was ignored
         signal.signal(sig, _interrupt)
-    demo = Demo(root)
-    demo.say("fenceline demo: a throw-away server, two workers and one example run")
-    demo.say(f"  server   {demo.url} (SQLite under {root}; operator admin / {PASSWORD})")
-    demo.say(f"  workers  {', '.join(SEATS)} (one task at a time each)")
-    demo.say(f"  run      {DAG_ID} / {RUN_ID}: extract -> transform[0..2] -> load")
-    demo.say(f"           {label_of(FLAKY)} fails on its first try (retries: 1); "
-             f"{label_of(VICTIM)} (retries: 0) loses its worker mid-run")
+    demo = scenario(root)
+    demo.introduce()
     code = 1
     try:
         demo.start()

@@ -67,17 +67,20 @@ CORRELATION_ENV = {
     "task_id": "FENCELINE_TASK_ID", "map_index": "FENCELINE_MAP_INDEX", "try_number": "FENCELINE_TRY_NUMBER",
     "attempt_epoch": "FENCELINE_ATTEMPT_EPOCH", "tenant_id": "FENCELINE_TENANT_ID", "trace_id": "FENCELINE_TRACE_ID",
 }
+# The fence for the stores user code writes to (contract 11.1): the token is the attempt epoch,
+# which every rail that starts an attempt raises, and the key is the task instance it fences.
+FENCE_ENV = {"attempt_epoch": "FENCELINE_FENCING_TOKEN", "ti_id": "FENCELINE_FENCE_KEY"}
 
 
 def task_env(payload: dict[str, Any], correlation: dict[str, Any], base: dict[str, str],
              traceparent: str | None = None) -> dict[str, str]:
-    """The worker's environment without its own secrets, the correlation bag, then the
-    payload's env (which wins, except over the bag and TRACEPARENT, the run's trace: user code
-    must not be lied to)."""
+    """The worker's environment without its own secrets, the correlation bag and the fence,
+    then the payload's env (which wins, except over the bag, the fence and TRACEPARENT, the
+    run's trace: user code must not be lied to)."""
     env = {k: v for k, v in base.items() if k not in ("FENCELINE_ADMIN_PASSWORD", "FENCELINE_LAUNCHER_TOKEN")}
     env["PYTHONUNBUFFERED"] = "1"  # log lines arrive as they are printed, not when a buffer fills
     env.update(payload.get("env") or {})
-    for field, name in CORRELATION_ENV.items():
+    for field, name in (*CORRELATION_ENV.items(), *FENCE_ENV.items()):
         value = correlation.get(field)
         env[name] = "" if value is None else str(value)
     if traceparent is not None:

@@ -1,12 +1,13 @@
 """Contract 6: only the health routes (/health, /health/live, /health/ready, Airflow's /api/v2/monitor/health),
-/api/v2/version (open in Airflow 3 too), /openapi.json and the docs pages answer without a
-token, and the login routes, without which nobody could get one. (The dashboard's pages, which
+/api/v2/version (open in Airflow 3 too), /openapi.json, the docs pages and the public keys at
+/.well-known/jwks.json (contract 11.3) answer without a token, and the login routes, without
+which nobody could get one. (The dashboard's pages, which
 redirect to its login form instead, are covered in tests/ui.)"""
 
 import re
 
 OPEN = {"/health", "/health/live", "/health/ready", "/api/v2/monitor/health", "/api/v2/version", "/auth/token",
-        "/auth/token/cli"}
+        "/auth/token/cli", "/.well-known/jwks.json"}
 
 
 def concrete(path: str) -> str:

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from app.auth.tokens import KeyRing, Verified, decode, mint, mint_worker
 from app.main import create_app
 from tests.support.api import Attempt, Operator, Worker, assert_problem, bearer, json_of, task
+from tests.support.clusters import database_on
 from tests.support.concurrency import race
-from tests.support.databases import database_on
 from tests.support.filesystems import small_filesystem
 from tests.support.settings import JWT_SECRET, app_settings
 

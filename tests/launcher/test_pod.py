@@ -61,6 +61,8 @@ class TestLabels:
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env["MODE"] == "full" and env["TRACEPARENT"] == "00-4bf9-01"
         assert env["FENCELINE_TRY_NUMBER"] == "1", "the payload cannot lie to the task about its attempt"
+        assert (env["FENCELINE_FENCING_TOKEN"], env["FENCELINE_FENCE_KEY"]) == ("1", TI)
+        assert annotations["fenceline.io/fencing-token"] == "1" and "fenceline.io/fencing-token" not in labels
         assert "secret" not in json.dumps(pod)
 
 

@@ -97,6 +97,15 @@ def test_every_rail_of_the_table_is_checked_here():
     assert set(SPECS) == {rail.name for rail in s.RAILS}
 
 
+def test_every_attempt_starts_on_a_new_epoch():
+    """The fencing token (contract 11.1) strictly increases across attempts: a rail into a state
+    an attempt runs in bumps the epoch, save `start`, which is the same attempt acknowledging
+    its start."""
+    into_flight = [rail for rail in s.RAILS if rail.target in s.IN_FLIGHT and rail is not s.START]
+    assert into_flight == [s.CLAIM] and all(rail.new_epoch for rail in into_flight)
+    assert s.START.sources == {s.QUEUED} and not s.START.new_epoch
+
+
 def _row(engine: Any, ti_id: uuid.UUID) -> tuple[str, int, int]:
     with Session(engine) as session:
         ti = session.execute(select(TaskInstance).where(TaskInstance.id == ti_id)).scalar_one()

@@ -46,3 +46,17 @@ def wait_for_lock_waits(engine: Any, count: int = 1, *, unless: Callable[[], boo
                 return waiting
             assert time.monotonic() < deadline, f"{waiting} backends wait on a lock, never {count}"
             time.sleep(0.01)
+
+
+def together(calls: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Run each call in its own thread, all released at once by a barrier; answers their
+    results by name (re-raising any error)."""
+    barrier = threading.Barrier(len(calls), timeout=BARRIER_TIMEOUT)
+
+    def run(call: Callable[[], T]) -> T:
+        barrier.wait()
+        return call()
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = {name: pool.submit(run, call) for name, call in calls.items()}
+        return {name: f.result(timeout=BARRIER_TIMEOUT * 4) for name, f in futures.items()}

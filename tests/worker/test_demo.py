@@ -39,3 +39,21 @@ class TestDemo:
         root = re.search(r"cleaned up: server and workers stopped, (\S+) removed", out).group(1)
         assert not Path(root).exists()
         assert _processes_mentioning(root) == []
+
+    def test_the_fencing_scenario_refuses_the_paused_attempts_late_write(self):
+        done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--scenario", "fencing", "--timeout", "60"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        out = done.stdout
+        assert done.returncode == 0, out + done.stderr
+        first = int(re.search(r"load_totals holds fencing token (\d+) on demo-worker-\d and is about to write: "
+                              r"pausing the worker and its task with SIGSTOP", out).group(1))
+        second = int(re.search(r"the reaper re-placed it: load_totals runs on demo-worker-\d with fencing token (\d+) "
+                               r"\(agent_lost, same try\)", out).group(1))
+        assert second > first
+        assert f"token {second}: wrote total 45 for 2026-12-06" in out
+        assert re.search(rf"token {first}: StaleToken: fencing token {first} for '[0-9a-f-]+' is stale: "
+                         rf"the store has seen {second}", out)
+        assert f"daily_totals  day 2026-12-06: total 45, written by fencing token {second}" in out
+        assert "the superseded attempt's late write was refused; the replacement's row stands" in out
+        root = re.search(r"cleaned up: server and workers stopped, (\S+) removed", out).group(1)
+        assert not Path(root).exists() and _processes_mentioning(root) == []

@@ -39,6 +39,11 @@ class TestTaskEnv:
         assert env["FENCELINE_TENANT_ID"] == "" and "FENCELINE_ADMIN_PASSWORD" not in env
         assert "FENCELINE_LAUNCHER_TOKEN" not in env
 
+    def test_the_fence_is_the_epoch_and_the_task_instance_and_the_payload_cannot_change_it(self):
+        bag = {"ti_id": "t1", "try_number": 2, "attempt_epoch": 5}
+        env = task_env({"env": {"FENCELINE_FENCING_TOKEN": "99", "FENCELINE_FENCE_KEY": "other"}}, bag, {})
+        assert (env["FENCELINE_FENCING_TOKEN"], env["FENCELINE_FENCE_KEY"]) == ("5", "t1")
+
 
 class TestUtf8Cut:
     @pytest.mark.parametrize(("data", "cut"), [
