@@ -20,14 +20,16 @@ if TYPE_CHECKING:
 
 def _prepare(settings: "Settings", say: Callable[[str], None] = lambda _: None, *, writes: bool = True) -> str:
     """The start-up checks `serve`, `migrate` and `logs copy` make (app/ops/startup.py): the
-    database URL, the directories (unless the command `writes` nothing), the database answering.
-    Answers the URL."""
+    database URL, the directories and their files kept private (app/ops/private.py; unless the
+    command `writes` nothing), the database answering. Answers the URL."""
     from app.db.dialect import dialect_of
-    from app.ops import startup
+    from app.ops import private, startup
 
     engine = startup.database_engine(settings)
     if writes:
         startup.check_directories(settings)
+        if (warning := private.repair(settings)) is not None:
+            say(warning)
     if not dialect_of(engine).file_based:  # a file is opened, not reached (and not made by a refused start)
         startup.wait_for_database(engine, settings.db_connect_timeout_seconds, say)
     return settings.resolved_database_url
@@ -41,9 +43,11 @@ def _migrate(settings: "Settings", say: Callable[[str], None] = lambda _: None, 
     """The expand-only migrations (`contract`: every one); StartupError(5) when this release
     cannot serve the schema they leave. Answers the URL."""
     from app.ops.migrate import migrate, serving_refusal
+    from app.ops.private import create_database_file
     from app.ops.startup import SCHEMA_NOT_AT_HEAD, StartupError
 
     url = _prepare(settings, say)
+    create_database_file(settings)  # private from its first byte (app/ops/private.py)
     say(migrate(url, contract=contract))
     if (why := serving_refusal(url)) is not None:
         raise StartupError(SCHEMA_NOT_AT_HEAD, why)

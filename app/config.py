@@ -1,8 +1,11 @@
 """Settings, read from FENCELINE_* environment variables (and DATABASE_URL)."""
 
+import ipaddress
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,6 +25,34 @@ def log_store_name(value: str) -> str:
                              "pip install 'fenceline[s3]'") from None
         return value
     raise ValueError(f"a log store is file, database or s3://bucket[/prefix], not {value!r}")
+
+
+# A trusted proxy named, not numbered: compared as it is with the peer's name (a Unix socket's,
+# the test client's); a dotted name would need a DNS lookup nobody makes, so it is refused.
+PEER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def proxy_entry(value: str) -> str:
+    """A FENCELINE_TRUSTED_PROXIES entry: `*`, an IP address or network, or a peer's bare name."""
+    if value == "*" or PEER_NAME.fullmatch(value):
+        return value
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address or network (like 10.0.0.1 or 10.0.0.0/8)") from None
+    return value
+
+
+def http_url(value: str) -> str:
+    """An absolute http(s) URL with a host (FENCELINE_PUBLIC_URL)."""
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018  (raises ValueError for a port that is not one)
+    except ValueError:
+        raise ValueError(f"{value!r} has no valid port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+    return value
 
 
 def signing_key_algorithm(pem: str, *, public: bool = False) -> str:
@@ -108,6 +139,9 @@ class Settings(BaseSettings):
     worker_token_ttl_seconds: int = 7 * 24 * 3600
     # Launcher tokens admit and update executions, nothing else (for workers and launchers).
     launcher_token_ttl_seconds: int = 30 * 24 * 3600
+    # Device tokens (app/auth/throttle.py): a client that logged in before is not slowed down
+    # by others' failed logins for this long after its last login.
+    device_token_ttl_seconds: int = Field(default=365 * 24 * 3600, ge=60)
     # Metrics tokens read /metrics and nothing else (for Prometheus, from a Secret).
     metrics_token_ttl_seconds: int = Field(default=365 * 24 * 3600, ge=60)
     attempt_token_ttl_seconds: int = 3600
@@ -144,6 +178,9 @@ class Settings(BaseSettings):
     # Request bodies, bounded before they are parsed (413 beyond): every route's, and the three
     # that carry more once the caller's token allows them (log appends: log_max_request_bytes).
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # The time a body has to arrive after its head, one second more per 64 KiB that arrived
+    # (a steady large upload goes on): 408 and the connection closed after (app/web/ingress.py).
+    request_body_timeout_seconds: float = Field(default=20.0, gt=0, le=3600)
     run_max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     snapshot_max_request_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
     # JSON nesting (422 beyond): a whole body, and a free-form field (a run's conf) counted
@@ -161,6 +198,16 @@ class Settings(BaseSettings):
     log_max_request_bytes: int = 1024 * 1024
     log_max_attempt_bytes: int = 1024 * 1024 * 1024
     log_retention_days: float | None = Field(default=None, gt=0)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: list[str]) -> list[str]:
+        return [proxy_entry(entry) for entry in value]
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str) -> str:
+        return http_url(value)
 
     @field_validator("log_store")
     @classmethod

@@ -17,7 +17,7 @@ from app.admin.router import router as admin_router
 from app.airflow.v1 import router as airflow_v1_router
 from app.airflow.v2 import cli_login_router, open_router
 from app.airflow.v2 import router as airflow_v2_router
-from app.auth.deps import bearer_allows
+from app.auth.deps import HeaderCheck
 from app.auth.router import router as auth_router
 from app.auth.service import bootstrap
 from app.config import Settings, get_settings
@@ -145,7 +145,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_fault_handler(app)  # the log store's
     app.add_middleware(Ingress, limits=Limits.from_settings(settings),  # before the URL check
-                       allows=lambda scope, scopes: bearer_allows(app.state, scope["headers"], scopes))
+                       gate=lambda scope: app.state.header_check(scope))
     if settings.trusted_proxies:  # outermost: the client's address, as a trusted proxy names it
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     app.add_middleware(Observe)  # outermost: a request's id, metrics and log line, whatever answers it
@@ -159,4 +159,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                    health.router, docs_router, auth_router, identity_router, orchestration_router, rails_router,
                    routing_router, admin_router, ui_router):
         app.include_router(router)
+    app.state.header_check = HeaderCheck(app.state, app.router.routes)  # the ingress's, once every route is in
     return app

@@ -163,12 +163,16 @@ class TestBodyLimits:
         assert operator.get("/v1/seats/s1/executions").json() == {"items": []}
 
     def test_a_chunked_body_is_counted_as_it_arrives(self, live_server):
-        """No Content-Length to check: the 413 comes once the count passes 1 MiB, without a
-        token, while the client is still sending."""
+        """No Content-Length to check: the 413 comes once the count passes 1 MiB, while the client
+        is still sending. Without a token the route refuses before reading any of it (401)."""
+        worker = Worker(Operator(live_server.client())).headers["Authorization"]
         head = ("POST /v1/dispatch/claim HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                "Transfer-Encoding: chunked\r\n\r\n")
-        assert raw_exchange(live_server.url, head, chunked(8 * 1024 * 1024)).startswith(b"HTTP/1.1 413")
-        assert raw_exchange(live_server.url, head, chunked(1000)).startswith(b"HTTP/1.1 401")
+                "Transfer-Encoding: chunked\r\n")
+        assert raw_exchange(live_server.url, f"{head}Authorization: {worker}\r\n\r\n",
+                            chunked(8 * 1024 * 1024)).startswith(b"HTTP/1.1 413")
+        assert raw_exchange(live_server.url, f"{head}Authorization: {worker}\r\n\r\n",
+                            chunked(1000)).startswith(b"HTTP/1.1 422")
+        assert raw_exchange(live_server.url, head + "\r\n", chunked(8 * 1024 * 1024)).startswith(b"HTTP/1.1 401")
 
     def test_a_declared_length_over_the_limit_is_413_before_the_body_is_read(self, live_server):
         head = ("POST /auth/token HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import make_url
 
 from app import __version__
+from app.config import Settings
 from tests.support.ports import free_port
 from tests.support.servers import FENCELINE, START_TIMEOUT, Served, clean_env
 from tests.support.tcp_proxy import TcpProxy
@@ -43,6 +44,23 @@ def test_version():
 class TestBadSetting:
     def test_a_bad_value_is_status_2_naming_the_setting(self, tmp_path):
         refused(serve(tmp_path, FENCELINE_DATABASE_POOL_SIZE="zero"), 2, "FENCELINE_DATABASE_POOL_SIZE", "'zero'")
+
+    @pytest.mark.parametrize(("name", "value", "said"), [
+        ("FENCELINE_JWT_ACCEPTED_KEYS", "{nope", "not JSON"),
+        ("FENCELINE_TRUSTED_PROXIES", "nope", "not JSON"),
+        ("FENCELINE_TRUSTED_PROXIES", '["999.0.0.0/8"]', "'999.0.0.0/8' is not an IP address or network"),
+        ("FENCELINE_TRUSTED_PROXIES", '["proxy.example.com"]', "is not an IP address or network"),
+        ("FENCELINE_PUBLIC_URL", "notaurl", "'notaurl' is not an http:// or https:// URL with a host"),
+        ("FENCELINE_PUBLIC_URL", "http://fenceline:99999", "has no valid port"),
+    ])
+    def test_json_addresses_and_urls_that_do_not_parse_are_status_2(self, tmp_path, name, value, said):
+        """Issue 41, item 5: a traceback (exit 1), or accepted silently, on 15e7989."""
+        refused(serve(tmp_path, **{name: value}), 2, name, said)
+
+    def test_addresses_networks_and_peer_names_are_trusted_proxies(self):
+        entries = ["10.0.0.1", "10.0.0.0/8", "::1", "2001:db8::/32", "*", "testclient"]
+        assert Settings(trusted_proxies=entries, public_url="https://fenceline.example:8443/x").trusted_proxies \
+            == entries
 
     def test_an_unknown_log_format_is_status_2(self, tmp_path):
         refused(serve(tmp_path, FENCELINE_LOG_FORMAT="xml"), 2, "FENCELINE_LOG_FORMAT")

@@ -48,7 +48,7 @@ from app.airflow.v1_schemas import (
 )
 from app.airflow.v2_schemas import BaseInfoResponse, SchedulerInfoResponse, TriggererInfoResponse, VersionInfo
 from app.auth import tokens
-from app.auth.deps import BasicDep, BearerDep, installation, require_operator_or_basic
+from app.auth.deps import BasicDep, BearerDep, checked_before_body, installation, require_operator_or_basic
 from app.errors import AppError, unauthorized
 from app.logs.deps import StoreDep
 from app.logs.store import LogStore
@@ -78,6 +78,7 @@ register_error_family(PREFIX, ErrorFamily(render=_render, documented=lambda s: p
                                           answers=(400, 413, 429, 503), never=(422,)))
 
 
+@checked_before_body(tokens.OPERATOR_SCOPE, basic=True)
 def require_basic_operator(request: Request, bearer: BearerDep, basic: BasicDep) -> str:
     """HTTP Basic (as the 2.10 client sends it on every call); a bearer token works too."""
     if bearer is None and basic is None:

@@ -51,7 +51,7 @@ from app.airflow.v2_schemas import (
     try_response,
 )
 from app.auth import tokens
-from app.auth.deps import BearerDep, check_password, installation, operator_token
+from app.auth.deps import BearerDep, check_password, checked_before_body, installation, operator_token, remember_device
 from app.errors import AppError, forbidden, unauthorized
 from app.logs.deps import StoreDep
 from app.orchestration.models import TaskInstance
@@ -62,6 +62,7 @@ from app.web.routes import Router
 PREFIX = "/api/v2"
 
 
+@checked_before_body(tokens.OPERATOR_SCOPE)
 async def require_bearer_operator(request: Request, bearer: BearerDep) -> str:
     """An operator's bearer token, refused as Airflow 3 refuses one: 401 when missing or
     expired, 403 when invalid or of another kind. CPU only: no thread hop (app/auth/deps.py)."""
@@ -331,12 +332,14 @@ def get_health(request: Request) -> HealthInfoResponse:
 @cli_login_router.post("/auth/token/cli", status_code=201, responses={
     400: {"description": "Username and password must be provided"}, 401: {"description": "Invalid credentials"},
     429: {"description": "Too many failed logins"}})
-def cli_login(body: LoginBody, request: Request) -> LoginResponse:
+def cli_login(body: LoginBody, request: Request, response: Response) -> LoginResponse:
     """Airflow's CLI login (airflowctl `auth login`): the operator's username and password for a
-    bearer token. Any Authorization header sent along (a re-login's stale token) is ignored."""
+    bearer token. Any Authorization header sent along (a re-login's stale token) is ignored. The
+    device cookie is set as by every login (its token is not in Airflow's answer)."""
     if not body.username or not body.password:
         raise bad_request("Username and password must be provided")
     check_password(request, body.username, body.password, refusal="Invalid credentials")  # throttled as every login
+    remember_device(request, response, body.username)
     return LoginResponse(access_token=operator_token(request, body.username))
 
 

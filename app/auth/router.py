@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from app.auth import tokens
-from app.auth.deps import OperatorDep, check_password, installation, operator_token
+from app.auth.deps import OperatorDep, check_password, installation, operator_token, remember_device
 from app.errors import AppError
 from app.web.problems import problems, schema_ref
 from app.web.routes import Router
@@ -25,6 +25,9 @@ class LoginRequest(Strict):
 class TokenPublic(BaseModel):
     access_token: str
     token_type: str = "bearer"
+    # Sent back with later logins (the Fenceline-Device header, or the cookie of the same name
+    # set with this answer), it keeps others' failed logins from slowing this client down.
+    device_token: str
 
 
 FORM = "application/x-www-form-urlencoded"
@@ -51,12 +54,15 @@ async def login_body(request: Request) -> LoginRequest:
 # types, and the form is the same two fields.
 @router.post("/auth/token", status_code=201, responses=problems(401, 422, 429), openapi_extra={"requestBody": {
     "required": True, "content": {"application/json": {"schema": schema_ref(LoginRequest)}}}})
-def login(request: Request, body: Annotated[LoginRequest, Depends(login_body)]) -> TokenPublic:
+def login(request: Request, response: Response, body: Annotated[LoginRequest, Depends(login_body)]) -> TokenPublic:
     """Exchange the operator's username and password for a bearer token. The same fields are
     also accepted as an `application/x-www-form-urlencoded` (OAuth2 password flow) form.
-    Failures slow further attempts down: 429 with Retry-After."""
+    Failures slow further attempts down: 429 with Retry-After, except for a client that sends
+    the device token of an earlier login (`Fenceline-Device` header or `fenceline_device`
+    cookie), whose own failures alone slow it down."""
     check_password(request, body.username, body.password)
-    return TokenPublic(access_token=operator_token(request, body.username))
+    return TokenPublic(access_token=operator_token(request, body.username),
+                       device_token=remember_device(request, response, body.username))
 
 
 class LauncherTokenPublic(BaseModel):

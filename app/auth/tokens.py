@@ -34,7 +34,7 @@ ALGORITHM = "HS256"  # an HMAC secret's; an asymmetric key's is its own (algorit
 ISSUER = "fenceline"
 LEEWAY_SECONDS = 30  # clock skew between replicas and agents, for exp, nbf and iat
 OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE, METRICS_SCOPE = "operator", "launcher", "worker", "metrics"
-ATTEMPT_SCOPE, CURSOR_SCOPE = "attempt", "log-cursor"
+ATTEMPT_SCOPE, CURSOR_SCOPE, DEVICE_SCOPE = "attempt", "log-cursor", "device"
 zeroed(tokens_without_audience, kind=(OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE, METRICS_SCOPE, ATTEMPT_SCOPE,
                                       CURSOR_SCOPE))
 REQUIRED_CLAIMS = ["sub", "scope", "iat", "exp", "jti"]
@@ -48,7 +48,7 @@ def audience(scope: str) -> str:
 
 
 AUDIENCES = [audience(s) for s in (OPERATOR_SCOPE, LAUNCHER_SCOPE, METRICS_SCOPE, WORKER_SCOPE, ATTEMPT_SCOPE,
-                                   CURSOR_SCOPE)]
+                                   CURSOR_SCOPE, DEVICE_SCOPE)]
 
 
 class InvalidToken(Exception):
@@ -194,6 +194,21 @@ def _unscoped(keyring: KeyRing, token: str, key: Key) -> dict[str, Any]:
 def mint_operator(keyring: KeyRing, username: str, *, ttl_seconds: int) -> str:
     """An operator's token (POST /auth/token, the dashboard's cookie)."""
     return mint(keyring, {"sub": username, "scope": OPERATOR_SCOPE}, ttl_seconds=ttl_seconds)
+
+
+def mint_device(keyring: KeyRing, username: str, *, ttl_seconds: int) -> str:
+    """A device token (app/auth/throttle.py): the client holding it logged in as `username`
+    before. It authorises nothing; its `jti` names the device whose failures count on their own."""
+    return mint(keyring, {"sub": username, "scope": DEVICE_SCOPE}, ttl_seconds=ttl_seconds)
+
+
+def device_of(keyring: KeyRing, token: str, username: str) -> str | None:
+    """The id of the device that `token` recognises for `username`; None for any other token."""
+    try:
+        claims = decode(keyring, token, scopes=(DEVICE_SCOPE,))
+    except (InvalidToken, WrongScope):
+        return None
+    return claims["jti"] if claims["sub"] == username else None
 
 
 def mint_launcher(keyring: KeyRing, operator: str, *, ttl_seconds: int) -> str:

@@ -127,6 +127,20 @@ def os_faults() -> Iterator[None]:
         raise fault(exc.strerror or str(exc), errno.errorcode[exc.errno].lower()) from exc
 
 
+def _private_directories(directory: Path) -> None:
+    """`directory` and its missing parents, each readable by its owner only (0700; contract 7):
+    mkdir's `parents` would give the parents the umask's mode."""
+    missing = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            pass  # made meanwhile by another append
+
+
 MOVED_MARKER = "MOVED"  # written by `fenceline logs copy` once every stream was copied elsewhere
 
 
@@ -163,7 +177,7 @@ class FileLogStore:
         was: a partly written chunk is cut off again, and a stream this append created is removed."""
         path = self._path(key)
         with os_faults():
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _private_directories(path.parent)
             while (stored := self._append(path, offset, data)) is None:
                 pass  # the stream was removed while we waited for its lock (a failed append undone)
             return stored
@@ -171,7 +185,7 @@ class FileLogStore:
     @staticmethod
     def _append(path: Path, offset: int, data: bytes) -> int | None:
         created = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         stored = 0
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -10,12 +10,14 @@ older release is alive.
 
 import errno
 import os
+import re
 import socket
 import tempfile
 import time
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
@@ -32,6 +34,9 @@ _NOT_RETRIED_WORDS = ("password authentication failed", "does not exist", "no pg
 
 
 SECRET_SETTINGS = frozenset(name for name, f in Settings.model_fields.items() if "Secret" in str(f.annotation))
+# What a JSON setting looks like, for the line refusing one that is not JSON.
+JSON_EXAMPLES = {"FENCELINE_TRUSTED_PROXIES": '\'["10.0.0.0/8"]\'',
+                 "FENCELINE_JWT_ACCEPTED_KEYS": '\'{"k0": "the old secret"}\''}
 
 
 class StartupError(Exception):
@@ -52,13 +57,19 @@ def load_settings() -> Settings:
 
     try:
         return get_settings()
+    except SettingsError as exc:  # a variable of a list or mapping that is not JSON
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = _setting(field.group(1)) if field else "a setting"
+        raise StartupError(BAD_SETTING, f"{name} is not valid: not JSON (for example "
+                                        f"{JSON_EXAMPLES.get(name, '[]')})") from exc
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         field = ".".join(str(p) for p in error["loc"][:1])
         name = _setting(field)
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         shown = "" if field in SECRET_SETTINGS else f"={str(error.get('input'))[:80]!r}"  # never a secret's words
-        raise StartupError(BAD_SETTING, f"{name}{shown} is not valid: {error['msg']}{more}") from exc
+        raise StartupError(BAD_SETTING, f"{name}{shown} is not valid: "
+                                        f"{error['msg'].removeprefix('Value error, ')}{more}") from exc
 
 
 def redacted(url: str) -> str:
@@ -88,7 +99,7 @@ def database_engine(settings: Settings) -> Engine:
 
 def _writable(directory: Path, setting: str) -> None:
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # private (app/ops/private.py)
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as exc:
@@ -163,7 +174,7 @@ def hand_over_password(password: str, settings: Settings, say, *, terminal: bool
         return
     path = settings.data_dir / "operator-password"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as file:
             os.fchmod(file.fileno(), 0o600)

@@ -7,7 +7,10 @@ is logged, and a run created in that request takes it as its trace_id (app/orche
 route is the matched route's template, never the raw path, so label values stay bounded. A
 route that waited for something to happen (a waiting claim waiting for work) says how long in
 the request's state, `waited_seconds`: that time is not the request's latency, and is measured
-apart (fenceline_claim_wait_seconds).
+apart (fenceline_claim_wait_seconds). A request the application returned from without
+answering is one whose client left before it could be answered (the ingress returns so when a
+client leaves mid-body): its status is CLIENT_LEFT, nginx's 499, not a 5xx that would page
+someone.
 """
 
 import logging
@@ -25,6 +28,7 @@ from app.telemetry.traceparent import trace_id_of
 REQUEST_ID_HEADER = b"x-request-id"
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 UNMATCHED = "unmatched"
+CLIENT_LEFT = 499
 
 access_log = logging.getLogger("fenceline.access")
 
@@ -67,7 +71,7 @@ class Observe:
         if rid is None or not REQUEST_ID.fullmatch(rid):
             rid = uuid.uuid4().hex
         rid_token, trace_token = request_id.set(rid), incoming_trace_id.set(trace)
-        status = 500  # what the client gets if the application fails before answering
+        status: int | None = None
         echoed = rid.encode()
 
         async def send_with_id(message: Message) -> None:
@@ -79,7 +83,9 @@ class Observe:
 
         try:
             await self.app(scope, receive, send_with_id)
+            status = status or CLIENT_LEFT
         finally:
+            status = status or 500  # what the client gets if the application fails before answering
             elapsed = time.perf_counter() - started
             method, route = scope["method"], route_of(scope)
             code = str(status)

@@ -15,7 +15,7 @@ from fastapi.responses import FileResponse, RedirectResponse, Response, Streamin
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
-from app.auth.deps import check_password, operator_token
+from app.auth.deps import check_password, operator_token, remember_device
 from app.db.types import utcnow
 from app.errors import AppError
 from app.logs import service as logs
@@ -121,6 +121,7 @@ def login(request: Request, username: Annotated[str, Form()] = "", password: Ann
         return again
     response = RedirectResponse(access.safe_next(next), status_code=303)
     access.set_session_cookie(response, request, operator_token(request, username))
+    remember_device(request, response, username)
     return response
 
 

@@ -55,6 +55,20 @@ def as_text(raw: str) -> str:
     return raw
 
 
+def as_server_url(raw: str) -> str:
+    """The server's base URL, as the HTTP client reads it: http(s) with a host. Any other is a
+    mistake no retry can fix (only a server that does not answer is waited for)."""
+    import httpx  # here: every `fenceline` command reads these settings' flags, few use the client
+
+    try:
+        url = httpx.URL(raw.strip())
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"{raw!r} is not a URL ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.host or not 0 < (url.port or 80) < 65536:
+        raise ValueError(f"{raw!r} is not the server's URL (http://host:port or https://host)")
+    return raw.strip()
+
+
 def _parsed(kind: Callable[[str], Any], what: str, raw: str) -> Any:
     try:
         return kind(raw.strip())
@@ -118,7 +132,7 @@ class Setting:
 
 
 SETTINGS = [
-    Setting("--server", "FENCELINE_SERVER", "http://127.0.0.1:8000", as_text, "the fenceline server"),
+    Setting("--server", "FENCELINE_SERVER", "http://127.0.0.1:8000", as_server_url, "the fenceline server"),
     Setting("--seat", "FENCELINE_WORKER_SEAT", None, as_text,
             "the seat this worker fills (default worker-<hostname>, or the Pod's name under --runtime kubernetes)"),
     Setting("--runtime", "FENCELINE_WORKER_RUNTIME", "local", one_of(RUNTIMES),

@@ -1,5 +1,6 @@
 """Login throttling (contract 7): failures counted in the database on every password surface,
-429 with a doubling Retry-After, a success forgets the username's count.
+429 with a doubling Retry-After, a success forgets the caller's own count; the username's is
+one across every address, and a client that logged in before counts alone.
 
 Time passing is the stored failures moved back, never a sleep; and before a check that must be
 throttled, the stored failures are moved HELD seconds ahead, so that however slowly a loaded
@@ -9,10 +10,12 @@ seconds more)."""
 import base64
 from datetime import timedelta
 
+import jwt
 import pytest
 from sqlalchemy import update
 
 from app.airflow.v1 import ERRORS_DOC as AIRFLOW_V1_ERRORS
+from app.auth.deps import DEVICE_COOKIE, DEVICE_HEADER
 from app.auth.models import LoginFailure
 from app.db.types import utcnow
 from tests.support.api import ADMIN_PASSWORD, assert_problem
@@ -138,35 +141,107 @@ class TestAddress:
         assert login(proxied, ADMIN_PASSWORD, **{"X-Forwarded-For": "10.0.0.2"}).status_code == 201
 
 
-class TestNoStrangerLocksTheOwnerOut:
-    """Issue 30, item 5: the username's count is kept per address, so an attacker sending wrong
-    passwords is slowed down at its own addresses while the owner's right password from another
-    address is let through."""
+class TestAcrossAddresses:
+    """Issue 41, item 3: guesses against one username are bounded across every address together:
+    rotating addresses buys an attacker nothing."""
 
-    ATTACKER, OWNER = {"X-Forwarded-For": "10.0.0.66"}, {"X-Forwarded-For": "10.0.0.1"}
-
-    @pytest.mark.parametrize("surface", ["token", "basic-api-v1"])
-    def test_the_attacker_is_slowed_and_the_owner_let_in(self, make_client, engine, surface):
+    def test_five_failures_from_five_addresses_then_429_from_a_sixth(self, make_client, engine):
         proxied = make_client(trusted_proxies=["testclient"])
-        for _ in range(5):
-            assert login(proxied, "wrong", **self.ATTACKER).status_code == 401
+        for n in range(5):
+            assert login(proxied, "wrong", **{"X-Forwarded-For": f"10.0.1.{n}"}).status_code == 401
         clock_held(engine)
-        throttled(login(proxied, "wrong", **self.ATTACKER), 1)
-        throttled(login(proxied, ADMIN_PASSWORD, **self.ATTACKER), 1)
+        throttled(login(proxied, "wrong", **{"X-Forwarded-For": "10.0.2.1"}), 1)
+        throttled(login(proxied, ADMIN_PASSWORD, **{"X-Forwarded-For": "2001:db8::1"}), 1)
+
+    def test_every_surface_counts_towards_one_bound(self, make_client, engine):
+        proxied = make_client(trusted_proxies=["testclient"])
+        for n, surface in enumerate(SURFACES):
+            proxied.headers["X-Forwarded-For"] = f"10.0.3.{n}"
+            assert SURFACES[surface](proxied, "wrong").status_code == 401
+        clock_held(engine)
+        proxied.headers["X-Forwarded-For"] = "10.0.3.99"
+        throttled(SURFACES["basic-api-v1"](proxied, "wrong"), 1)
+
+
+def owner(make_client, **settings):
+    """A client that logged in as the operator before (it holds the device cookie), and its
+    device token as an API client keeps it (the cookie dropped)."""
+    client = make_client(**settings)
+    resp = login(client, ADMIN_PASSWORD)
+    assert resp.status_code == 201 and client.cookies.get(DEVICE_COOKIE) == resp.json()["device_token"]
+    return client, resp.json()["device_token"]
+
+
+class TestTheOwnerIsNeverKeptOut:
+    """Issue 41, item 3 (OWASP's device cookies): a client that logged in before is recognised by
+    its device token and its own failures alone slow it down, so no stranger keeps it out, from
+    anywhere, the owner's own address included."""
+
+    def attack(self, client, engine, addresses=("10.0.0.66",)):
+        """Wrong passwords from `addresses`: five for `admin`, then others' until each address
+        has twenty, so that the username and every address are throttled for a second."""
+        sent = dict.fromkeys(addresses, 0)
+        for n in range(5):
+            sent[addresses[n % len(addresses)]] += 1
+            assert login(client, "wrong", **{"X-Forwarded-For": addresses[n % len(addresses)]}).status_code == 401
+        for address, count in sent.items():
+            for n in range(count, 20):
+                assert login(client, "wrong", username=f"user{n}", **{"X-Forwarded-For": address}).status_code == 401
+        clock_held(engine)
+        throttled(login(client, ADMIN_PASSWORD, **{"X-Forwarded-For": addresses[0]}), 1)
+
+    @pytest.mark.parametrize("surface", ["token", "airflow-cli", "dashboard"])
+    def test_a_stranger_on_the_owners_own_address_does_not_keep_it_out(self, make_client, engine, surface):
+        """No proxy, one address: the stranger's failures reach both the username's and the
+        address's limits; the owner's cookie still gets it in."""
+        device, _ = owner(make_client)
+        stranger = make_client()
+        for n in range(20):  # the username's limit first, then the address's (other usernames)
+            assert login(stranger, "wrong", username="admin" if n < 5 else f"user{n}").status_code == 401
+        clock_held(engine)
+        throttled(login(stranger, ADMIN_PASSWORD), 1)
+        body = {"username": "admin", "password": ADMIN_PASSWORD}
         if surface == "token":
-            assert login(proxied, ADMIN_PASSWORD, **self.OWNER).status_code == 201
+            assert login(device, ADMIN_PASSWORD).status_code == 201
+        elif surface == "airflow-cli":
+            assert device.post("/auth/token/cli", json=body).status_code == 201
         else:
-            assert proxied.get("/api/v1/dags", headers={**basic("admin", ADMIN_PASSWORD), **self.OWNER}).status_code \
-                == 200
-        throttled(login(proxied, "wrong", **self.ATTACKER), 1)  # the owner's success forgave the attacker nothing
-
-    def test_an_attacker_at_many_addresses_is_slowed_at_each(self, make_client, engine):
-        proxied = make_client(trusted_proxies=["testclient"])
-        spread = [{"X-Forwarded-For": f"10.0.1.{n}"} for n in range(4)]
-        for headers in spread:
-            for _ in range(5):
-                assert login(proxied, "wrong", **headers).status_code == 401
+            assert device.post("/ui/login", data=body, follow_redirects=False).status_code == 303
         clock_held(engine)
-        for headers in spread:
-            throttled(login(proxied, "wrong", **headers), 1)
-        assert login(proxied, ADMIN_PASSWORD, **self.OWNER).status_code == 201
+        throttled(login(stranger, "wrong"), 1)  # the owner's success forgave the stranger nothing
+
+    def test_an_api_client_sends_its_device_token_as_a_header(self, make_client, engine):
+        _, token = owner(make_client, trusted_proxies=["testclient"])
+        attacker = make_client(trusted_proxies=["testclient"])
+        self.attack(attacker, engine, [f"10.0.1.{n}" for n in range(4)])
+        api = make_client(trusted_proxies=["testclient"])
+        assert login(api, ADMIN_PASSWORD, **{DEVICE_HEADER: token, "X-Forwarded-For": "10.0.1.0"}).status_code == 201
+        basic_call = api.get("/api/v1/dags", headers={**basic("admin", ADMIN_PASSWORD), DEVICE_HEADER: token})
+        assert basic_call.status_code == 200
+
+    def test_a_device_is_slowed_by_its_own_failures_alone(self, make_client, engine):
+        device, token = owner(make_client)
+        other, _ = owner(make_client)
+        for _ in range(5):
+            assert login(device, "wrong").status_code == 401
+        clock_held(engine)
+        throttled(login(device, ADMIN_PASSWORD), 1)
+        assert login(other, ADMIN_PASSWORD).status_code == 201
+        assert login(make_client(), ADMIN_PASSWORD).status_code == 201  # nor did they count for strangers
+
+    def test_a_device_token_recognises_its_username_only_and_opens_nothing(self, make_client, engine):
+        _, token = owner(make_client)
+        other = make_client()
+        for _ in range(5):
+            login(other, "wrong", username="someone")
+        clock_held(engine)
+        throttled(login(other, "wrong", username="someone", **{DEVICE_HEADER: token}), 1)
+        assert other.get("/v1/runs", headers={"Authorization": f"Bearer {token}"}).status_code == 403
+
+    def test_a_forged_device_token_is_a_stranger(self, make_client, engine):
+        client = make_client()
+        self.attack(client, engine)
+        claims = {"sub": "admin", "scope": "device", "jti": "x"}
+        forged = jwt.encode(claims, "another-key-that-is-long-enough-for-hs256", algorithm="HS256")
+        clock_held(engine)
+        throttled(login(client, ADMIN_PASSWORD, **{DEVICE_HEADER: forged}), 1)

@@ -57,6 +57,9 @@ class TestStartup:
     ("FENCELINE_WORKER_RUNTIME", "docker", "'docker' is not one of local, kubernetes"),
     ("--claim-wait", "0", "must be above 0, not 0"),
     ("--queues", " , ", "must name at least one queue"),
+    # Issue 41, item 5: retried forever on 15e7989 (httpx's UnsupportedProtocol), as if unreachable.
+    ("--server", "notaurl", "'notaurl' is not the server's URL (http://host:port or https://host)"),
+    ("FENCELINE_SERVER", "ftp://fenceline", "'ftp://fenceline' is not the server's URL (http://host:port or https://host)"),
 ])
 def test_a_setting_that_does_not_parse_stops_the_worker_with_one_line_and_status_2(name, value, said, tmp_path):
     """Named by the flag or the variable it came from, before the worker does anything."""
