@@ -30,7 +30,7 @@ def airflow_state(native: str) -> str | None:
 
 def native_states(shown: str | None) -> list[str]:
     """The native states an Airflow state stands for (`none`, `no_status` or null: not yet
-    scheduled); none for a state fenceline never has (`skipped`)."""
+    scheduled); none for a state fenceline never has (`deferred`)."""
     if shown in (None, "none", "no_status"):
         return [s.NONE]
     return [native for native in s.ALL if airflow_state(native) == shown]
