@@ -30,7 +30,7 @@ class TestCancel:
         assert {t: tis[t]["last_failure_reason"] for t in ("running", "queued")} == {
             "running": "cancelled", "queued": "cancelled"}
         for name in ("running", "queued"):  # every in-flight attempt is told to terminate at its next call
-            assert_stale(claimed[name].heartbeat())["should_terminate"] is True
+            assert assert_stale(claimed[name].heartbeat())["should_terminate"] is True
             assert_stale(claimed[name].send("success"))
             attempts = operator.attempts(ti_ids(run)[name])
             assert [(a["attempt_epoch"], a["state"]) for a in attempts] == [(1, "cancelled")]
@@ -105,7 +105,7 @@ class TestReplace:
         ti = resp.json()
         assert (ti["state"], ti["try_number"], ti["attempt_epoch"], ti["infra_attempts"], ti["last_failure_kind"],
                 ti["last_failure_reason"]) == ("scheduled", 1, 2, 1, "infra", "operator_replaced")
-        assert_stale(old.heartbeat())["should_terminate"] is True
+        assert assert_stale(old.heartbeat())["should_terminate"] is True
         new = worker.claim_one()  # at once: no back-off
         assert (new.try_number, new.epoch) == (1, 3)
         attempts = operator.attempts(ti_ids(run)["a"])
