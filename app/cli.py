@@ -265,8 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="migrate the database, then serve the API")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_port, default=8000)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every "
+                            "interface)")
+    serve.add_argument("--port", type=_port, default=8000, help="the port to listen on (default 8000)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                        help="debug also prints the traceback of a start-up error")
     serve.add_argument("--workers", type=int, default=None,
