@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 TIMEOUT_SECONDS = 30.0
@@ -47,6 +45,8 @@ class Server:
     """The server the operator talks to, logged in on first use."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        import httpx  # here, not at the top: `fenceline worker alive`, a probe run every few seconds, needs none
+
         self.url = args.server.rstrip("/")
         self.args = args
         self.http = httpx.Client(base_url=self.url, timeout=TIMEOUT_SECONDS)
@@ -68,6 +68,8 @@ class Server:
         return answer["access_token"]
 
     def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
         try:
             resp = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
