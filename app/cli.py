@@ -8,14 +8,16 @@ instead of 0.5 s.
 import argparse
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from app import __version__
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.logs.copy import CopyReport
 
 
 def _prepare(settings: "Settings", say: Callable[[str], None] = lambda _: None, *, writes: bool = True) -> str:
@@ -185,6 +187,34 @@ def cmd_migrate_check(args: argparse.Namespace) -> int:
 EXIT_LOG_CONFLICTS = 6
 
 
+class ProgressBar:
+    """One line on a terminal, redrawn at most ten times a second: how many streams of all are
+    done, and the bytes copied."""
+
+    WIDTH = 30
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.drawn, self.last = out, 0.0, (0, 0, 0)
+
+    def show(self, report: "CopyReport", total: int) -> None:
+        self.last = (report.streams, total, report.copied_bytes)
+        if time.monotonic() - self.drawn >= 0.1 or report.streams == total:
+            self._draw()
+
+    def _draw(self) -> None:
+        done, total, copied = self.last
+        filled = self.WIDTH * done // total if total else self.WIDTH
+        self.out.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} streams, "
+                       f"{copied / 1048576:.1f} MiB copied")
+        self.out.flush()
+        self.drawn = time.monotonic()
+
+    def done(self) -> None:
+        if self.drawn:
+            self.out.write("\n")
+            self.out.flush()
+
+
 def cmd_logs_copy(args: argparse.Namespace) -> int:
     from app.db.engine import make_engine
     from app.logs import stores
@@ -205,7 +235,10 @@ def cmd_logs_copy(args: argparse.Namespace) -> int:
         if source.name == target.name:
             print(f"fenceline: the logs are in the {source.name} store already", file=sys.stderr)
             return 2
-        report = copy_logs(source, target, engine)
+        bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None  # nothing extra in a pipe
+        report = copy_logs(source, target, engine, bar.show if bar else None)
+        if bar:
+            bar.done()
     finally:
         engine.dispose()
     print(f"fenceline: {report.streams} log streams in the {source.name} store; copied {report.copied_bytes} bytes "
@@ -277,8 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="migrate the database, then serve the API")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_port, default=8000)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every "
+                            "interface)")
+    serve.add_argument("--port", type=_port, default=8000, help="the port to listen on (default 8000)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                        help="debug also prints the traceback of a start-up error")
     serve.add_argument("--workers", type=int, default=None,
@@ -313,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     launcher = sub.add_parser("launcher", help="run claimed image tasks as one Kubernetes Pod per attempt")
     launcher_arguments(launcher)
     launcher.set_defaults(func=cmd_launcher)
+    from app.admin.commands import add_commands
+
+    add_commands(sub, _Parser)
     demo = sub.add_parser("demo", help="a throw-away server, two workers and an example run, explained")
     demo.add_argument("--keep", action="store_true", help="keep the server up after the run (Ctrl-C ends it)")
     demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.cli import main
 from app.ops.migrate import head_revision
 from tests.support.ports import free_port
 from tests.support.servers import FENCELINE, START_TIMEOUT, Served, clean_env
@@ -131,3 +132,21 @@ class TestNoMigrate:
             assert server.wait_healthy().status_code == 200
         finally:
             server.stop()
+
+
+def test_serve_help_says_what_host_and_port_are(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["serve", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    said = " ".join(out.split())  # as argparse wraps it at any width
+    assert "--host HOST the address to listen on (default 127.0.0.1" in said
+    assert "--port PORT the port to listen on (default 8000)" in said
+
+
+@pytest.mark.parametrize("command", ["worker", "launcher"])
+def test_agent_help_says_each_settings_variable_and_default(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--server SERVER the fenceline server (env FENCELINE_SERVER; default http://127.0.0.1:8000)" in said

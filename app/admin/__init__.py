@@ -1,1 +1,1 @@
-"""Operator administration: export and restore."""
+"""Operator administration: export and restore, and the `fenceline runs`/`tasks` commands."""

@@ -12,7 +12,7 @@ from sqlalchemy import and_, case, func, literal, null, select
 from sqlmodel import Session
 
 from app.airflow.filters import Ordering, Shown, bad_request, conditions
-from app.airflow.service import WILDCARD, TryView, get_run, not_found
+from app.airflow.service import EXECUTOR, WILDCARD, TryView, get_run, not_found
 from app.db.statements import paginate
 from app.execution.models import TaskAttempt
 from app.orchestration import states as s
@@ -97,7 +97,8 @@ TI_SHOWN: Shown = {
     "pool": TaskInstance.pool, "queue": TaskInstance.queue, "try_number": TaskInstance.try_number,
     "map_index": TaskInstance.map_index, "run_after": TaskInstance.created_at, "logical_date": TaskInstance.created_at,
     "start_date": SHOWN_START, "end_date": SHOWN_END, "updated_at": TaskInstance.updated_at,
-    **dict.fromkeys(("executor", "version_number", "operator", "operator_name", "rendered_map_index")),
+    "executor": literal(EXECUTOR),
+    **dict.fromkeys(("version_number", "operator", "operator_name", "rendered_map_index")),
 }
 TI_TIES = [TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id, TaskInstance.map_index]
 TI_ORDER = Ordering({
@@ -122,6 +123,23 @@ def list_task_instances(session: Session, dag_id: str, run_id: str, filters: Bas
     elif dag_id != WILDCARD:
         query = query.where(TaskInstance.dag_id == dag_id)
     return paginate(session, query, limit, offset)
+
+
+def list_mapped(session: Session, dag_id: str, run_id: str, task_id: str, filters: BaseModel,
+                order: Sequence[ColumnTerm], limit: int, offset: int) -> tuple[list[TaskInstance], int]:
+    """The mapped task instances (map_index >= 0) of one task of one run; 404 for an unknown
+    run or task, and for a task that is not mapped, as Airflow answers."""
+    run = get_run(session, dag_id, run_id)
+    of_task = (TaskInstance.dag_run_id == run.id, TaskInstance.task_id == task_id)
+    query = select(TaskInstance).where(*of_task, TaskInstance.map_index >= 0, *conditions(filters, TI_SHOWN))
+    found, total = paginate(session, query.order_by(*order), limit, offset)
+    if not total:
+        kinds = set(session.execute(select(TaskInstance.map_index >= 0).where(*of_task)).scalars())
+        if not kinds:
+            raise not_found(f"Task id {task_id} not found")
+        if True not in kinds:
+            raise not_found(f"Task id {task_id} is not mapped")
+    return found, total
 
 
 # --- pools, jobs -----------------------------------------------------------------------------
@@ -170,6 +188,20 @@ def dag_tasks(session: Session, dag_id: str) -> list[Task]:
             mapped.add(ti.task_id)
     return [Task(ti, task_id in mapped, sorted({t.task_id for t in tis if task_id in t.upstream_task_ids}))
             for task_id, ti in first.items()]
+
+
+def dag_task(session: Session, dag_id: str, task_id: str) -> Task:
+    """One task of the DAG's latest run; 404 in Airflow's words."""
+    for task in dag_tasks(session, dag_id):
+        if task.ti.task_id == task_id:
+            return task
+    raise not_found(f"Task with id: '{task_id}' not found")
+
+
+# What a task list orders by (Airflow's `order_by`), on the answer's models of either version.
+TASK_KEYS = {name: (lambda task, name=name: getattr(task, name))
+             for name in ("task_id", "task_display_name", "pool", "pool_slots", "queue", "priority_weight", "retries",
+                          "is_mapped", "trigger_rule", "weight_rule")}
 
 
 def ordered(items: list[Any], order_by: str, keys: dict[str, Any]) -> list[Any]:

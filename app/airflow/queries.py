@@ -5,8 +5,9 @@ app/airflow/listing.py's."""
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, create_model
+from pydantic import BeforeValidator, ConfigDict, create_model
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from app.airflow.filters import Always, AnyOf, Equals, Flag, Like, Never, Prefix, Range, bad_request
 from app.airflow.params import ListQuery, Moment, Offset, limit, limit_v1
@@ -54,6 +55,22 @@ TIState = Literal["removed", "scheduled", "queued", "running", "success", "resta
                   "up_for_reschedule", "upstream_failed", "skipped", "deferred", "awaiting_input", "none",
                   "no_status"]
 RunState = Literal["queued", "running", "success", "failed", "none"]
+
+
+def enum_v1(*values: str) -> Any:
+    """One of Airflow 2.10's enum `values`: another is refused (400) in connexion's words, naming it."""
+    def check(value: Any) -> Any:
+        if value not in values:
+            raise PydanticCustomError("enum", "'{value}' is not one of {allowed}",
+                                      {"value": str(value), "allowed": list(values)})
+        return value
+    return Annotated[Literal[values], BeforeValidator(check)]  # type: ignore[valid-type]
+
+
+# Airflow 2.10's enums: an unknown value is refused, not answered with nothing.
+TIStateV1 = enum_v1("success", "running", "failed", "upstream_failed", "skipped", "up_for_retry", "up_for_reschedule",
+                    "queued", "none", "scheduled", "deferred", "removed", "restarting")
+RunStateV1 = enum_v1("queued", "running", "success", "failed")
 RunType = Literal["backfill", "scheduled", "manual", "operator_triggered", "asset_triggered",
                   "asset_materialization", "none"]
 Limit, Limit100, LimitV1 = limit(50), limit(100), limit_v1(100)
@@ -107,15 +124,16 @@ class DagRunsQuery(ranges("run_after", "logical_date", "start_date", "end_date",
         "start_date": NOT_AIRFLOWS, "end_date": NOT_AIRFLOWS}
 
 
-class TaskInstancesQuery(ranges("run_after", "logical_date", "start_date", "end_date", "updated_at"),
-                         patterns(task_display_name="task_display_name", dag_id="dag_id", run_id="run_id",
-                                  pool_name="pool", queue_name="queue", operator_name="operator_name",
-                                  rendered_map_index="rendered_map_index")):
+class MappedTaskInstancesQuery(ranges("run_after", "logical_date", "start_date", "end_date", "updated_at"),
+                               patterns(pool_name="pool", queue_name="queue", operator_name="operator_name",
+                                        rendered_map_index="rendered_map_index")):
+    """A mapped task's instances (listMapped): the task instance list's parameters but those
+    that pick the DAG, the run or the task."""
+
     limit: Limit = 50
     offset: Offset = 0
     order_by: list[str] = ["map_index"]
     state: Annotated[list[TIState], TI_STATE] = []
-    task_id: Annotated[str | None, Equals("task_id")] = None
     pool: Annotated[list[str], AnyOf("pool")] = []
     queue: Annotated[list[str], AnyOf("queue")] = []
     executor: Annotated[list[str], AnyOf("executor")] = []
@@ -124,8 +142,15 @@ class TaskInstancesQuery(ranges("run_after", "logical_date", "start_date", "end_
     map_index: Annotated[list[int], AnyOf("map_index")] = []
     operator: Annotated[list[str], AnyOf("operator")] = []
 
+    refused: ClassVar[dict[str, str]] = _refused_ranges("duration", NO_DURATION)
+
+
+class TaskInstancesQuery(MappedTaskInstancesQuery, patterns(task_display_name="task_display_name", dag_id="dag_id",
+                                                            run_id="run_id")):
+    task_id: Annotated[str | None, Equals("task_id")] = None
+
     refused: ClassVar[dict[str, str]] = {
-        **_refused_ranges("duration", NO_DURATION), "cursor": NO_CURSOR,
+        **MappedTaskInstancesQuery.refused, "cursor": NO_CURSOR,
         "task_group_id": "fenceline keeps no DAG files, so no task groups"}
 
 
@@ -224,7 +249,7 @@ class DagRunsQueryV1(ranges("execution_date", "start_date", "end_date", "updated
     limit: LimitV1 = 100
     offset: Offset = 0
     order_by: str = "id"
-    state: Annotated[list[str], AnyOf("state")] = []
+    state: Annotated[list[RunStateV1], AnyOf("state")] = []
 
     refused: ClassVar[dict[str, str]] = {"fields": NO_FIELDS}
 
@@ -232,7 +257,7 @@ class DagRunsQueryV1(ranges("execution_date", "start_date", "end_date", "updated
 class TaskInstancesQueryV1(ranges("execution_date", "start_date", "end_date", "updated_at", ops=V1_OPS)):
     limit: LimitV1 = 100
     offset: Offset = 0
-    state: Annotated[list[str], TI_STATE] = []
+    state: Annotated[list[TIStateV1], TI_STATE] = []
     pool: Annotated[list[str], AnyOf("pool")] = []
     queue: Annotated[list[str], AnyOf("queue")] = []
     executor: Annotated[list[str], AnyOf("executor")] = []
@@ -254,6 +279,13 @@ class PoolsQueryV1(ListQuery):
 
 class TasksQueryV1(ListQuery):
     order_by: str = "task_id"
+
+
+TasksQuery = TasksQueryV1  # Airflow 3's task list takes the same one parameter
+
+
+class MappedTaskInstancesQueryV1(TaskInstancesQueryV1):
+    order_by: str = "map_index"
 
 
 class TaskInstancesBatchBodyV1(_batch("ListTaskInstanceFormBase", "execution_date", "start_date", "end_date",

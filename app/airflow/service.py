@@ -13,6 +13,7 @@ from app.db.types import utcnow
 from app.errors import AppError
 from app.execution import history
 from app.execution.models import TaskAttempt
+from app.identity.models import Execution
 from app.logs import service as logs
 from app.logs.service import TryLog
 from app.logs.store import LogStore
@@ -30,7 +31,7 @@ def airflow_state(native: str) -> str | None:
 
 def native_states(shown: str | None) -> list[str]:
     """The native states an Airflow state stands for (`none`, `no_status` or null: not yet
-    scheduled); none for a state fenceline never has (`skipped`)."""
+    scheduled); none for a state fenceline never has (`deferred`)."""
     if shown in (None, "none", "no_status"):
         return [s.NONE]
     return [native for native in s.ALL if airflow_state(native) == shown]
@@ -106,6 +107,9 @@ def get_task_instance(session: Session, dag_id: str, run_id: str, task_id: str, 
     return ti
 
 
+EXECUTOR = "fenceline"
+
+
 @dataclass
 class TryView:
     """One try as Airflow lists it: the latest epoch's state, and every epoch it had."""
@@ -121,6 +125,10 @@ class TryView:
     start_date: datetime | None
     end_date: datetime | None
     epochs: list[TaskAttempt] = field(default_factory=list)
+    hostname: str | None = None  # the seat of the execution its latest epoch ran on
+
+    # Airflow's executor name: every task instance is placed by fenceline's claims.
+    executor = EXECUTOR
 
     @property
     def duration(self) -> float | None:
@@ -133,13 +141,31 @@ def tries(session: Session, ti: TaskInstance) -> list[TryView]:
     """One entry per try, oldest first, the current try last. A try spent by an application
     failure shows `failed` even while the next try waits (Airflow 3's rule); a try being
     re-placed shows `scheduled`, `queued` or `running`."""
-    return [_view(ti, t, s.FAILED if t.state == s.UP_FOR_RETRY else t.state) for t in history.tries(session, ti)]
+    return _with_hosts(session, [_view(ti, t, s.FAILED if t.state == s.UP_FOR_RETRY else t.state)
+                                 for t in history.tries(session, ti)])
 
 
 def current_tries(session: Session, tis: list[TaskInstance]) -> list[TryView]:
     """The current try of each task instance as the task instance routes show it (its own
     state, up_for_retry included)."""
-    return [_view(t.record, t, t.state) for t in history.current_tries(session, tis)]
+    return _with_hosts(session, [_view(t.record, t, t.state) for t in history.current_tries(session, tis)])
+
+
+def _execution_of(view: TryView) -> Any:
+    """The execution the try's latest epoch was placed on (the task instance's own while it is in flight)."""
+    placed = [e.execution_id for e in view.epochs if e.execution_id]
+    return placed[-1] if placed else None
+
+
+def _with_hosts(session: Session, views: list[TryView]) -> list[TryView]:
+    """Each try's `hostname`: the seat of the execution its latest epoch ran on, read by one
+    query for them all."""
+    ids = {e for e in map(_execution_of, views) if e is not None}
+    seats = dict(session.execute(select(Execution.execution_id, Execution.seat)
+                                 .where(Execution.execution_id.in_(ids))).tuples().all()) if ids else {}
+    for view in views:
+        view.hostname = seats.get(_execution_of(view))
+    return views
 
 
 def _view(ti: TaskInstance, t: history.Try, state: str) -> TryView:

@@ -18,6 +18,7 @@ from app.airflow.queries import (
     DagRunsBatchBodyV1,
     DagRunsQueryV1,
     DagsQueryV1,
+    MappedTaskInstancesQueryV1,
     PoolsQueryV1,
     TaskInstancesBatchBodyV1,
     TaskInstancesQueryV1,
@@ -69,6 +70,9 @@ def _render(*, status: int, type: str, title: str, detail: str, headers: dict[st
             **extra: Any) -> Any:
     if status == 422:
         status = 400  # connexion refuses a bad parameter, or a value it cannot take, with a 400
+        if errors := extra.get("errors"):  # in connexion's words: what is wrong, then which parameter
+            where = errors[0]["loc"][1:2] or errors[0]["loc"]
+            detail = f"{errors[0]['msg']} - '{where[0]}'"
     name, airflow_title = _ERROR_NAMES.get(status, ("Unknown", HTTPStatus(status).phrase))
     return problem_response(status, ERRORS_DOC + name, airflow_title, detail, headers=headers)
 
@@ -140,16 +144,13 @@ def get_dag_details(dag_id: str, session: SessionDep) -> DAGDetail:
 def get_tasks(dag_id: str, session: SessionDep, params: honouring(TasksQueryV1)) -> TaskCollection:
     """The tasks of the DAG's latest run (a DAG is known by its runs)."""
     tasks = [task_model(t) for t in listing.dag_tasks(session, dag_id)]
-    tasks = listing.ordered(tasks, params.order_by, TASK_KEYS)
+    tasks = listing.ordered(tasks, params.order_by, listing.TASK_KEYS)
     return TaskCollection(tasks=tasks, total_entries=len(tasks))
 
 
 @router.get("/dags/{dag_id}/tasks/{task_id}")
 def get_task(dag_id: str, task_id: str, session: SessionDep) -> Task:
-    for task in listing.dag_tasks(session, dag_id):
-        if task.ti.task_id == task_id:
-            return task_model(task)
-    raise service.not_found(f"Task with id: '{task_id}' not found")
+    return task_model(listing.dag_task(session, dag_id, task_id))
 
 
 @router.get("/pools")
@@ -203,6 +204,15 @@ def get_task_instances_batch(dag_id: Literal["~"], dag_run_id: Literal["~"], bod
     first MAX_PAGE, and total_entries says how many there are)."""
     body.refuse()
     tis, total = listing.list_task_instances(session, WILDCARD, WILDCARD, body, listing.TI_TIES, MAX_PAGE, 0)
+    return TaskInstanceCollection(task_instances=ti_models(session, tis), total_entries=total)
+
+
+@router.get(TI + "/{task_id}/listMapped")
+def get_mapped_task_instances(dag_id: str, dag_run_id: str, task_id: str, session: SessionDep,
+                              params: honouring(MappedTaskInstancesQueryV1)) -> TaskInstanceCollection:
+    """The mapped task instances of one task of the run (404 for a task that is not mapped)."""
+    tis, total = listing.list_mapped(session, dag_id, dag_run_id, task_id, params,
+                                     listing.TI_ORDER([params.order_by]), params.limit, params.offset)
     return TaskInstanceCollection(task_instances=ti_models(session, tis), total_entries=total)
 
 
@@ -290,9 +300,4 @@ def _first_run(session: SessionDep, dag_id: str) -> datetime:
 
 
 # Airflow 2.10 orders tasks by any of their fields: those fenceline's tasks carry a value for.
-TASK_KEYS = {name: (lambda task, name=name: getattr(task, name))
-             for name in ("task_id", "task_display_name", "pool", "pool_slots", "queue", "priority_weight", "retries",
-                          "is_mapped", "trigger_rule", "weight_rule")}
-
-
 add_absent_routes(router, "Airflow 2.10")

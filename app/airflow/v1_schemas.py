@@ -4,11 +4,11 @@
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from app.airflow.listing import Task as DagTask
 from app.airflow.service import TryView
-from app.airflow.v2_schemas import BaseInfoResponse, SchedulerInfoResponse, TriggererInfoResponse
+from app.airflow.v2_schemas import BaseInfoResponse, SchedulerInfoResponse, TimeDelta, TriggererInfoResponse
 from app.orchestration.models import DagRun
 
 
@@ -144,19 +144,6 @@ class DAGDetail(DAG):
     timezone: str = "UTC"
 
 
-class TimeDelta(BaseModel):
-    type: str = Field("TimeDelta", alias="__type")
-    days: int
-    seconds: int
-    microseconds: int
-
-    @classmethod
-    def of(cls, seconds: float) -> "TimeDelta":
-        whole, micros = divmod(round(seconds * 1_000_000), 1_000_000)
-        days, rest = divmod(whole, 86_400)
-        return cls(days=days, seconds=rest, microseconds=micros)
-
-
 class Task(BaseModel):
     """A task as its DAG's latest run declares it. Fields fenceline has no value for and the
     2.10 client takes only as non-null (owner, class_ref, ui_color, ...) are left out."""
@@ -223,6 +210,7 @@ def try_model(view: TryView) -> TaskInstance:
         map_index=ti.map_index, max_tries=ti.max_tries, queued_when=_iso(view.queued_at),
         pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue, priority_weight=ti.priority_weight,
         attempt_epoch=view.attempt_epoch, infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
+        hostname=view.hostname or "", executor=view.executor,
         epochs=[{"attempt_epoch": e.attempt_epoch, "execution_id": str(e.execution_id) if e.execution_id else None,
                  "state": e.state, "outcome_kind": e.outcome_kind, "reason": e.reason,
                  "user_code_started": e.user_code_started} for e in view.epochs],

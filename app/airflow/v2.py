@@ -19,9 +19,11 @@ from app.airflow.queries import (
     DagRunsQuery,
     DagsQuery,
     JobsQuery,
+    MappedTaskInstancesQuery,
     PoolsQuery,
     TaskInstancesBatchBody,
     TaskInstancesQuery,
+    TasksQuery,
 )
 from app.airflow.service import WILDCARD
 from app.airflow.v2_schemas import (
@@ -38,16 +40,19 @@ from app.airflow.v2_schemas import (
     PoolCollectionResponse,
     PoolResponse,
     SchedulerInfoResponse,
+    TaskCollectionResponse,
     TaskInstanceCollectionResponse,
     TaskInstanceHistoryCollectionResponse,
     TaskInstanceHistoryResponse,
     TaskInstanceResponse,
     TaskInstancesLogResponse,
+    TaskResponse,
     TriggererInfoResponse,
     VersionInfo,
     dag_details,
     dag_response,
     run_response,
+    task_response,
     try_response,
 )
 from app.auth import tokens
@@ -142,6 +147,19 @@ def get_dag_details(dag_id: str, session: SessionDep) -> DAGDetailsResponse:
     return dag_details(dag_id, service.get_dag(session, dag_id))
 
 
+@router.get("/dags/{dag_id}/tasks", responses=BAD_REQUEST)
+def get_tasks(dag_id: str, session: SessionDep, params: honouring(TasksQuery)) -> TaskCollectionResponse:
+    """The tasks of the DAG's latest run (a DAG is known by its runs)."""
+    tasks = listing.ordered([task_response(t) for t in listing.dag_tasks(session, dag_id)], params.order_by,
+                            listing.TASK_KEYS)
+    return TaskCollectionResponse(tasks=tasks, total_entries=len(tasks))
+
+
+@router.get("/dags/{dag_id}/tasks/{task_id}")
+def get_task(dag_id: str, task_id: str, session: SessionDep) -> TaskResponse:
+    return task_response(listing.dag_task(session, dag_id, task_id))
+
+
 @router.get("/dags/{dag_id}/dagRuns", responses=BAD_REQUEST)
 def get_dag_runs(dag_id: str, session: SessionDep, params: honouring(DagRunsQuery)) -> DAGRunCollectionResponse:
     """The DAG's runs; `~` lists every DAG's."""
@@ -183,6 +201,15 @@ def get_task_instances_batch(dag_id: Literal["~"], dag_run_id: Literal["~"], bod
     order = listing.TI_ORDER([body.order_by] if body.order_by else ["map_index"])
     tis, total = listing.list_task_instances(session, WILDCARD, WILDCARD, body, order, body.page_limit,
                                              body.page_offset)
+    return TaskInstanceCollectionResponse(task_instances=ti_responses(session, tis), total_entries=total)
+
+
+@router.get(TI + "/{task_id}/listMapped", responses=BAD_REQUEST)
+def get_mapped_task_instances(dag_id: str, dag_run_id: str, task_id: str, session: SessionDep,
+                              params: honouring(MappedTaskInstancesQuery)) -> TaskInstanceCollectionResponse:
+    """The mapped task instances of one task of the run (404 for a task that is not mapped)."""
+    tis, total = listing.list_mapped(session, dag_id, dag_run_id, task_id, params, listing.TI_ORDER(params.order_by),
+                                     params.limit, params.offset)
     return TaskInstanceCollectionResponse(task_instances=ti_responses(session, tis), total_entries=total)
 
 

@@ -5,11 +5,71 @@ additive fields are marked."""
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from app.airflow.listing import Task as DagTask
 from app.airflow.service import TryView
 from app.orchestration.models import DagRun
 from app.web.schemas import Strict
+
+
+class TimeDelta(BaseModel):
+    type: str = Field("TimeDelta", alias="__type")
+    days: int
+    seconds: int
+    microseconds: int
+
+    @classmethod
+    def of(cls, seconds: float) -> "TimeDelta":
+        whole, micros = divmod(round(seconds * 1_000_000), 1_000_000)
+        days, rest = divmod(whole, 86_400)
+        return cls(days=days, seconds=rest, microseconds=micros)
+
+
+class TaskResponse(BaseModel):
+    """A task as its DAG's latest run declares it (Airflow 3's TaskApi)."""
+
+    task_id: str
+    task_display_name: str
+    owner: str | None = None
+    start_date: datetime | None = None
+    end_date: datetime | None = None
+    trigger_rule: str = "all_success"  # a task runs once every upstream task succeeded
+    depends_on_past: bool = False
+    wait_for_downstream: bool = False
+    retries: int
+    queue: str | None
+    pool: str
+    pool_slots: int
+    execution_timeout: TimeDelta | None
+    retry_delay: TimeDelta
+    retry_exponential_backoff: float = 0
+    priority_weight: int
+    weight_rule: str = "absolute"  # a task's weight is its own; fenceline sums nothing downstream
+    ui_color: str | None = None
+    ui_fgcolor: str | None = None
+    template_fields: list[str] = []
+    downstream_task_ids: list[str]
+    doc_md: str | None = None
+    operator_name: str | None = None
+    params: dict[str, Any] | None = None
+    class_ref: dict[str, Any] | None = None
+    is_mapped: bool
+    extra_links: list[str] = []
+
+
+class TaskCollectionResponse(BaseModel):
+    tasks: list[TaskResponse]
+    total_entries: int
+
+
+def task_response(task: DagTask) -> TaskResponse:
+    ti, timeout = task.ti, task.ti.payload.get("timeout_seconds")
+    return TaskResponse(task_id=ti.task_id, task_display_name=ti.task_id, downstream_task_ids=task.downstream,
+                        is_mapped=task.is_mapped, pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue,
+                        priority_weight=ti.priority_weight, retries=ti.retries,
+                        retry_delay=TimeDelta.of(ti.retry_delay_seconds),
+                        execution_timeout=TimeDelta.of(timeout) if timeout else None)
 
 
 class DagTagResponse(BaseModel):
@@ -260,7 +320,7 @@ def try_response(view: TryView) -> dict[str, Any]:
         dag_display_name=ti.dag_id, queued_when=view.queued_at, attempt_epoch=view.attempt_epoch,
         pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue, priority_weight=ti.priority_weight,
         infra_attempts=view.infra_attempts, last_failure_kind=view.last_failure_kind,
-        last_failure_reason=view.last_failure_reason,
+        last_failure_reason=view.last_failure_reason, hostname=view.hostname, executor=view.executor,
         epochs=[EpochResponse(attempt_epoch=e.attempt_epoch,
                               execution_id=str(e.execution_id) if e.execution_id else None,
                               state=e.state, outcome_kind=e.outcome_kind, reason=e.reason,

@@ -2,17 +2,27 @@
 so its epoch shows how it ended rather than a run that never finishes."""
 
 import uuid
+from datetime import datetime
 
 from sqlmodel import Session
 
 from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
-from app.execution.attempts import update_attempt
+from app.errors import AppError, conflict
+from app.execution.attempts import close_attempt, update_attempt
 from app.orchestration import operator
 from app.orchestration import states as s
-from app.orchestration.models import TaskInstance
+from app.orchestration.cas import lock_run
+from app.orchestration.models import DagRun, TaskInstance
+from app.orchestration.readiness import settle_run
 from app.orchestration.runs import run_task_instances
 from app.orchestration.states import AttemptState, Rail
+from app.routing import selection
+
+# A claim (scheduled -> queued) and a start (queued -> running) take no run lock, so a rail
+# under the run's lock may lose its row to them; each moves a row forward once, so a rail read
+# again wins within a few tries.
+TRIES = 4
 
 
 def _fenced(ti: TaskInstance) -> AttemptKey | None:
@@ -40,8 +50,76 @@ def mark(*, session: Session, ti: TaskInstance, state: s.State) -> TaskInstance 
     return marked
 
 
+def moved() -> AppError:
+    return conflict("task-instance-moved", "Task instance moved",
+                    "The task instance changed while the request ran; read it and retry.")
+
+
+def cancel(*, session: Session, run: DagRun) -> None:
+    """Cancel the run: every in-flight task instance ends failed (its attempt's record
+    `cancelled`, the worker told to terminate at its next call), every one not started ends
+    skipped, and the run ends (failed). 409 run-finished if nothing of it is unfinished.
+
+    Lock order: the run, then what no claim touches, then the pools of the ready ones (as a
+    claim locks them) and only then the ready ones, so a claim that holds a pool and is taking
+    some of them never waits on a row this holds, nor this on one it holds."""
+    now = utcnow()
+    lock_run(session, run.id)
+    tis = [ti for ti in run_task_instances(session=session, dag_run_id=run.id) if ti.state not in s.FINISHED]
+    if not tis:
+        session.refresh(run)
+        raise conflict("run-finished", "Run finished", f"Run {run.run_id!r} of DAG {run.dag_id!r} has ended "
+                       f"({run.state}): nothing to cancel.", state=run.state)
+    ready = [ti for ti in tis if not _end(session, ti, now, ready_too=False)]
+    if ready:
+        selection.lock_pools(session, (ti.pool for ti in ready))
+        for ti in ready:
+            _end(session, ti, now, ready_too=True)
+    settle_run(session, run.id, now)
+
+
+def _end(session: Session, ti: TaskInstance, now: datetime, *, ready_too: bool) -> bool:
+    """Cancel or skip `ti` (read again while a claim or a start moves it first); False, having
+    done nothing, for a ready one (scheduled) unless `ready_too`."""
+    for _ in range(TRIES):
+        if ti.state == s.SCHEDULED and not ready_too:
+            return False
+        fenced = _fenced(ti)
+        if (operator.cancel if fenced else operator.skip)(session=session, ti=ti, now=now) is not None:
+            if fenced:
+                update_attempt(session, fenced, state=AttemptState.CANCELLED, reason="run cancelled by an operator",
+                               ended_at=now)
+            return True
+        ti = session.get(TaskInstance, ti.id, populate_existing=True)
+    raise moved()
+
+
+def replace(*, session: Session, ti: TaskInstance, now: datetime | None = None) -> TaskInstance:
+    """Re-place now: the attempt in flight ends `unexecutable` (reason operator_replaced; the
+    worker is told to terminate) and the task instance is scheduled again at once, on the same
+    try, spending one re-place of its infra budget; with the budget spent, or for a
+    non-idempotent task whose user code started, it ends infra_failed instead (contract 2.4,
+    2.9). 409 task-instance-not-in-flight if no attempt is in flight."""
+    now = now or utcnow()
+    lock_run(session, ti.dag_run_id)
+    session.refresh(ti)
+    if ti.state not in s.IN_FLIGHT:
+        raise conflict("task-instance-not-in-flight", "Task instance not in flight",
+                       f"Task instance {ti.id} is {ti.state}: no attempt is in flight to re-place.", state=ti.state)
+
+    for _ in range(TRIES):
+        fenced = AttemptKey.of(ti)
+        replaced = operator.replace(session=session, ti=ti, now=now)
+        if replaced is not None:
+            close_attempt(session, fenced, operator.REPLACED, now)
+            return replaced
+        session.refresh(ti)  # a start (queued -> running) takes no run lock
+    raise moved()
+
+
 def clear_failed(*, session: Session, dag_run_id: uuid.UUID) -> None:
-    """Clear every failed, infra_failed and upstream_failed task instance of the run."""
+    """Clear every failed, infra_failed, upstream_failed and skipped task instance of the run
+    (so clearing a cancelled run's failed tasks resumes it)."""
     for ti in run_task_instances(session=session, dag_run_id=dag_run_id):
         if ti.state in s.CLEAR_FAILED.sources:
             clear(session=session, ti=ti, rail=s.CLEAR_FAILED)

@@ -25,6 +25,7 @@ from app.execution.schemas import (
     FenceRefusal,
     ObservationIn,
     ObservationResult,
+    RailRefusal,
     RenewedToken,
     Report,
     StaleExecution,
@@ -210,33 +211,55 @@ def reap(session: SessionDep, request: Request, _: OperatorDep) -> SweepResult:
 rails_router = Router(prefix="/v1", tags=["orchestration"], responses=problems(401, 403, 422))
 
 
+RAIL_REFUSALS = {**problems(404), **refusals(RailRefusal)}
+
+
 def _moved(ti: TaskInstance | None) -> TaskInstance:
     if ti is None:
-        raise AppError(409, "task-instance-moved", "Task instance moved",
-                       "The task instance changed while the request ran; read it and retry.")
+        raise operator.moved()
     return ti
 
 
 @rails_router.post("/runs/{dag_id}/{run_id}/clear-failed", responses=problems(404))
 def clear_failed(dag_id: str, run_id: str, session: SessionDep, _: OperatorDep) -> RunPublic:
-    """Clear every failed, infra_failed and upstream_failed task instance of the run."""
+    """Clear every failed, infra_failed, upstream_failed and skipped task instance of the run
+    (clearing a cancelled run's resumes it)."""
     run = runs.get_run(session=session, dag_id=dag_id, run_id=run_id)
     operator.clear_failed(session=session, dag_run_id=run.id)
     return run_public(*runs.get_run_with_task_instances(session=session, dag_id=dag_id, run_id=run_id))
 
 
-@rails_router.post("/task-instances/{ti_id}/clear", responses=problems(404, 409))
+@rails_router.post("/runs/{dag_id}/{run_id}/cancel", responses=RAIL_REFUSALS)
+def cancel_run(dag_id: str, run_id: str, session: SessionDep, _: OperatorDep) -> RunPublic:
+    """Cancel the run: each task instance in flight ends failed (its worker is told to
+    terminate at its next call), each not started ends skipped, and the run ends failed.
+    409 run-finished if nothing of it is unfinished."""
+    run = runs.get_run(session=session, dag_id=dag_id, run_id=run_id)
+    operator.cancel(session=session, run=run)
+    return run_public(*runs.get_run_with_task_instances(session=session, dag_id=dag_id, run_id=run_id))
+
+
+@rails_router.post("/task-instances/{ti_id}/clear", responses=RAIL_REFUSALS)
 def clear_task_instance(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
     """Start a new try (any in-flight attempt is fenced off and told to terminate)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
     return ti_public(_moved(operator.clear(session=session, ti=ti)))
 
 
-@rails_router.post("/task-instances/{ti_id}/mark", responses=problems(404, 409))
+@rails_router.post("/task-instances/{ti_id}/mark", responses=RAIL_REFUSALS)
 def mark_task_instance(ti_id: uuid.UUID, body: MarkRequest, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
     """Mark success or failed (any in-flight attempt is fenced off and told to terminate)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
     return ti_public(_moved(operator.mark(session=session, ti=ti, state=body.state)))
+
+
+@rails_router.post("/task-instances/{ti_id}/replace", responses=RAIL_REFUSALS)
+def replace_task_instance(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
+    """Re-place now: the attempt in flight ends unexecutable (reason operator_replaced; its
+    worker is told to terminate) and the same try is scheduled again at once, on the infra
+    budget (infra_failed once that is spent). 409 task-instance-not-in-flight if none is."""
+    ti = runs.get_task_instance(session=session, ti_id=ti_id)
+    return ti_public(operator.replace(session=session, ti=ti))
 
 
 # Series at 0 from the start: every outcome a report carries, and every route that may refuse a

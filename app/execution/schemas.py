@@ -176,6 +176,17 @@ class StaleReport(Problem):
     attempt_epoch: int | None = None
 
 
+class RailRefusal(Problem):
+    """409: an operator rail that changed nothing. `task-instance-moved`: the task instance
+    changed while the request ran (read it and retry); `task-instance-not-in-flight`: re-place
+    found no attempt in flight (`state` is the task instance's); `run-finished`: cancel found
+    nothing of the run unfinished (`state` is the run's)."""
+
+    STATUSES: ClassVar[tuple[int, ...]] = (409,)
+    type: Literal["task-instance-moved", "task-instance-not-in-flight", "run-finished"]
+    state: str | None = None
+
+
 class StaleExecution(Problem):
     """409: the claiming execution was superseded or observed terminal: it claims nothing more."""
 

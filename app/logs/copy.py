@@ -3,7 +3,7 @@ idempotent. Each stream continues from the length the target already holds, so a
 copies only what was appended since (run it again after switching stores), and an interrupted
 run loses nothing: every piece is committed as it lands."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -33,13 +33,16 @@ def _pieces(chunks: Iterator[bytes], size: int = PIECE) -> Iterator[bytes]:
         yield bytes(buffer)
 
 
-def copy_logs(source: LogStore, target: LogStore, engine: Engine) -> CopyReport:
+def copy_logs(source: LogStore, target: LogStore, engine: Engine,
+              progress: Callable[[CopyReport, int], None] | None = None) -> CopyReport:
     """Copy every stream of `source` into `target`. A stream whose target already holds more
     than the source, or other bytes where they overlap, is a conflict: reported, never
     overwritten. A completed copy off a file store with no conflict leaves a marker there, which
-    makes the copy's target the default store of a PostgreSQL installation (app/logs/stores.py)."""
+    makes the copy's target the default store of a PostgreSQL installation (app/logs/stores.py).
+    `progress(report, streams in all)` is called after each stream."""
     report = CopyReport()
-    for key in source.keys():
+    keys = list(source.keys())  # listed first, to say how far the copy is
+    for key in keys:
         report.streams += 1
         with Session(engine) as session:
             held, total = target.size(key, session=session) or 0, source.size(key, session=session) or 0
@@ -57,6 +60,8 @@ def copy_logs(source: LogStore, target: LogStore, engine: Engine) -> CopyReport:
                 session.commit()
         report.copied_bytes += position - held
         report.copied_streams += position > held
+        if progress is not None:
+            progress(report, len(keys))
     if isinstance(source, FileLogStore) and not report.conflicts:
         source.mark_moved(target.name)
     return report

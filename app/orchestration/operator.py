@@ -1,10 +1,11 @@
-"""The operator rails: clear and mark, an operator's word on a task instance, whatever it is doing.
+"""The operator rails: clear, mark and cancel, an operator's word on a task instance, whatever it is doing.
 
 Each takes the run's lock first (the lock order of every settling path) and fences off any
 attempt in flight with a new epoch; a cleared task instance starts a new try (with readiness
 judged again for the run, its upstream_failed downstream waiting again), a marked one ends its
-try with the operator's verdict. What execution does for the fenced-off attempt's record is in
-app/execution/operator.py.
+try with the operator's verdict, and a cancelled run's task instances end failed or skipped.
+Re-place now is an outcome (unexecutable) and takes outcomes.apply_outcome. What execution does
+for the fenced-off attempt's record is in app/execution/operator.py.
 """
 
 from datetime import datetime
@@ -15,7 +16,7 @@ from app.db.types import utcnow
 from app.orchestration import states as s
 from app.orchestration.cas import NEW_EXECUTION, NO_FAILURE, cas, lock_run
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import archive_try, settled
+from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, archive_try, settled
 from app.orchestration.readiness import refresh_run
 from app.orchestration.states import Rail
 
@@ -58,3 +59,42 @@ def mark(*, session: Session, ti: TaskInstance, state: s.State, now: datetime | 
         rail, failure = s.MARK_FAILED, {"last_failure_kind": "app", "last_failure_reason": "marked_failed"}
     marked = cas(session, ti, rail, now, ended_at=now, next_eligible_at=None, **failure)
     return settled(session, marked, state, now)
+
+
+CANCELLED = {"last_failure_kind": "app", "last_failure_reason": "cancelled"}
+
+
+def cancel(*, session: Session, ti: TaskInstance, now: datetime | None = None) -> TaskInstance | None:
+    """An in-flight task instance of a run being cancelled -> failed with reason `cancelled`,
+    new epoch (its worker is told to terminate), try archived. The caller holds the run's lock.
+    None if it moved meanwhile (a start takes no run lock: read it again and retry)."""
+    now = now or utcnow()
+    moved = cas(session, ti, s.CANCEL, now, ended_at=now, next_eligible_at=None, **CANCELLED)
+    if moved is not None:
+        archive_try(session, moved, s.FAILED)
+    return moved
+
+
+def skip(*, session: Session, ti: TaskInstance, now: datetime | None = None) -> TaskInstance | None:
+    """A task instance of a run being cancelled that has nothing in flight (waiting, scheduled,
+    up for retry or reschedule) -> skipped; a try a reschedule left under way is archived. The
+    caller holds the run's lock. None if it moved meanwhile (a claim takes no run lock)."""
+    now = now or utcnow()
+    under_way = ti.state == s.UP_FOR_RESCHEDULE
+    moved = cas(session, ti, s.SKIP, now, ended_at=now, next_eligible_at=None)
+    if moved is not None and under_way:
+        archive_try(session, moved, s.SKIPPED)
+    return moved
+
+
+REPLACED = Outcome("unexecutable", "operator_replaced")
+AT_ONCE = Backoff(0, 0)  # re-place *now*: no back-off
+
+
+def replace(*, session: Session, ti: TaskInstance, now: datetime | None = None) -> TaskInstance | None:
+    """Re-place now, an in-flight task instance routed as unexecutable (reason
+    operator_replaced): scheduled again at once on the same try and a new epoch, one re-place
+    of the infra budget spent, or infra_failed when it is spent (or user code of a
+    non-idempotent task started). The caller holds the run's lock. None if it moved meanwhile."""
+    return apply_outcome(session=session, ti=ti, outcome=REPLACED, backoff=AT_ONCE, now=now, within=s.REPLACE,
+                         locked=True)

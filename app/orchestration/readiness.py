@@ -28,9 +28,9 @@ from app.orchestration.states import Rail
 
 def judge(upstream: Sequence[str]) -> Rail | None:
     """The readiness rail of a waiting task instance whose upstreams are in the states
-    `upstream`: upstream_fail if one of them failed, else ready if all succeeded (or there are
-    none), else None: it waits."""
-    if any(st in s.FAILED_STATES for st in upstream):
+    `upstream`: upstream_fail if one of them failed (or was skipped), else ready if all
+    succeeded (or there are none), else None: it waits."""
+    if any(st in s.NOT_SUCCEEDED for st in upstream):
         return s.UPSTREAM_FAIL
     if all(st == s.SUCCESS for st in upstream):
         return s.READY

@@ -1,8 +1,9 @@
 """DAG runs and task instances: creation and reads (readiness is a rail: readiness.refresh_run)."""
 
 import uuid
+from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
@@ -63,11 +64,23 @@ def get_run(*, session: Session, dag_id: str, run_id: str) -> DagRun:
     return run
 
 
-def list_runs(*, session: Session, limit: int, offset: int, dag_id: str | None = None) -> tuple[list[DagRun], int]:
-    """Runs, newest first, and how many there are."""
+def list_runs(*, session: Session, limit: int, offset: int, dag_id: str | None = None, state: str | None = None,
+              run_id_contains: str | None = None, created_from: datetime | None = None,
+              created_to: datetime | None = None) -> tuple[list[DagRun], int]:
+    """Runs, newest first, and how many there are: of one DAG, in one state, whose run id holds
+    a text (case-insensitive, taken literally), created within a time range (from inclusive,
+    to exclusive)."""
     query = select(DagRun).order_by(DagRun.created_at.desc(), DagRun.id)
     if dag_id is not None:
         query = query.where(DagRun.dag_id == dag_id)
+    if state is not None:
+        query = query.where(DagRun.state == state)
+    if run_id_contains:
+        query = query.where(func.lower(DagRun.run_id).contains(run_id_contains.lower(), autoescape=True))
+    if created_from is not None:
+        query = query.where(DagRun.created_at >= created_from)
+    if created_to is not None:
+        query = query.where(DagRun.created_at < created_to)
     return paginate(session, query, limit, offset)
 
 

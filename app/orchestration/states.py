@@ -22,6 +22,7 @@ class State(StrEnum):
     UP_FOR_RESCHEDULE = "up_for_reschedule"
     INFRA_FAILED = "infra_failed"
     UPSTREAM_FAILED = "upstream_failed"
+    SKIPPED = "skipped"  # never ran: its run was cancelled before it started (Airflow's word)
 
 
 class AttemptState(StrEnum):
@@ -38,18 +39,21 @@ class AttemptState(StrEnum):
     CLEARED = "cleared"  # fenced off by an operator's clear
     MARKED_SUCCESS = "marked_success"  # fenced off by an operator's mark
     MARKED_FAILED = "marked_failed"
+    CANCELLED = "cancelled"  # fenced off by an operator's cancel of the run
 
 
 # Module-level names for the task instance states, as the rest of the code reads them.
 NONE, SCHEDULED, QUEUED, RUNNING = State.NONE, State.SCHEDULED, State.QUEUED, State.RUNNING
 SUCCESS, FAILED, INFRA_FAILED, UPSTREAM_FAILED = State.SUCCESS, State.FAILED, State.INFRA_FAILED, State.UPSTREAM_FAILED
-UP_FOR_RETRY, UP_FOR_RESCHEDULE = State.UP_FOR_RETRY, State.UP_FOR_RESCHEDULE
+UP_FOR_RETRY, UP_FOR_RESCHEDULE, SKIPPED = State.UP_FOR_RETRY, State.UP_FOR_RESCHEDULE, State.SKIPPED
 
 ALL = tuple(State)
 IN_FLIGHT = (QUEUED, RUNNING)  # bound to an execution; settled only through the fence
-FINISHED = (SUCCESS, FAILED, INFRA_FAILED, UPSTREAM_FAILED)
+FINISHED = (SUCCESS, FAILED, INFRA_FAILED, UPSTREAM_FAILED, SKIPPED)
 FAILED_STATES = (FAILED, INFRA_FAILED, UPSTREAM_FAILED)
-CLEARABLE = (SUCCESS, FAILED, INFRA_FAILED, UPSTREAM_FAILED, QUEUED, RUNNING, UP_FOR_RETRY, UP_FOR_RESCHEDULE)
+NOT_SUCCEEDED = (*FAILED_STATES, SKIPPED)  # finished without success: a downstream task will not run
+AWAITING = (NONE, SCHEDULED, UP_FOR_RETRY, UP_FOR_RESCHEDULE)  # unfinished, nothing in flight
+CLEARABLE = (*FINISHED, QUEUED, RUNNING, UP_FOR_RETRY, UP_FOR_RESCHEDULE)
 
 # Infrastructure reasons an attempt may be unexecutable for (contract 2.4).
 INFRA_REASONS = ("evicted", "oom_killed", "node_lost", "deadline_exceeded", "agent_lost",
@@ -90,9 +94,17 @@ UPSTREAM_FAIL = _rail("upstream_fail", (NONE,), UPSTREAM_FAILED, new_epoch=False
 REOPEN = _rail("reopen", (UPSTREAM_FAILED,), NONE, new_epoch=False)  # an upstream was cleared
 # Operator rails: each fences off any attempt in flight.
 CLEAR = _rail("clear", CLEARABLE, NONE, new_epoch=True)
-CLEAR_FAILED = _rail("clear_failed", FAILED_STATES, NONE, new_epoch=True)
+# Clearing a run's failed tasks clears what its cancel skipped too: the way to resume a cancelled run.
+CLEAR_FAILED = _rail("clear_failed", NOT_SUCCEEDED, NONE, new_epoch=True)
 MARK_SUCCESS = _rail("mark_success", tuple(st for st in ALL if st != SUCCESS), SUCCESS, new_epoch=True)
 MARK_FAILED = _rail("mark_failed", tuple(st for st in ALL if st != FAILED), FAILED, new_epoch=True)
+# Cancelling a run ends what is in flight as failed (the attempt fenced off) and skips the rest
+# that has not finished, as Airflow's "mark run failed" does.
+CANCEL = _rail("cancel", IN_FLIGHT, FAILED, new_epoch=True)
+SKIP = _rail("skip", AWAITING, SKIPPED, new_epoch=False)
+# Re-place now: the operator's word that an attempt cannot finish where it is. It routes as
+# `unexecutable` (reason operator_replaced) on the infra budget, like a reaper's mark.
+REPLACE = _rail("replace", IN_FLIGHT, SCHEDULED, new_epoch=True)
 # The reapers' marks, one per reason. Each routes its attempt as `unexecutable`: to SCHEDULED
 # (re-placed) or INFRA_FAILED (budget spent), like an agent's infra report, but only from the
 # states its own reason may find an attempt in.
@@ -104,5 +116,5 @@ REAPER_MARKS = {rail.name: rail for rail in (AGENT_LOST, DISPATCH_LOST, WORKER_L
 RAILS: tuple[Rail, ...] = (
     CLAIM, START, REQUEUE, SUCCEED, FAIL_FOR_RETRY, FAIL, INFRA_FAIL, REPLACE_AFTER_INFRA_FAULT, RESCHEDULE,
     RESET_FOR_RETRY, REDISPATCH_AFTER_RESCHEDULE, READY, UPSTREAM_FAIL, REOPEN, CLEAR, CLEAR_FAILED,
-    MARK_SUCCESS, MARK_FAILED, AGENT_LOST, DISPATCH_LOST, WORKER_LOST,
+    MARK_SUCCESS, MARK_FAILED, CANCEL, SKIP, REPLACE, AGENT_LOST, DISPATCH_LOST, WORKER_LOST,
 )

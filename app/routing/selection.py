@@ -153,6 +153,15 @@ def lock_routes(session: Session, queues: Sequence[str], now: datetime) -> Route
     return Routes(list(names), capped=bool(session.execute(caps).first()))
 
 
+def lock_pools(session: Session, names: Iterable[str]) -> None:
+    """Lock the pools `names` as a claim locks them (in name order, until the transaction
+    ends), for a rail that moves ready task instances of those pools out of reach (a run's
+    cancel): it waits for the claims holding them and holds off new ones, so it and a claim
+    never wait on each other's task instances."""
+    pools = select(POOL.c.name).where(POOL.c.name.in_(sorted(set(names)))).order_by(POOL.c.name)
+    session.execute(dialect_of(session).for_update(pools, of=POOL, key_share=True)).all()
+
+
 def lock_all_pools(session: Session) -> None:
     """Before a change to the tenants' caps: wait for every claim holding a pool, and hold off
     new ones until this change commits. A table lock, so that it covers a pool created at any

@@ -4,14 +4,17 @@ The cookie carries the same operator token that POST /auth/token mints, scoped t
 the /ui routes read it, so the JSON API never accepts a cookie and gains no CSRF surface.
 Cross-site POSTs are refused twice over: a SameSite=Strict cookie is never sent on them, and
 `same_origin` turns away any POST whose Origin or Sec-Fetch-Site names another site (which also
-covers login CSRF, where no cookie is involved yet).
+covers login CSRF, where no cookie is involved yet). The actions' forms (app/ui/actions.py) also
+carry a per-session token (`checked_form`).
 """
 
+import hashlib
+import hmac
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
 
-from fastapi import Depends, Request, Response
+from fastapi import Depends, Form, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
 
@@ -72,6 +75,20 @@ def same_origin(request: Request) -> None:
         raise CrossSiteRequest
     origin = request.headers.get("origin")
     if origin is not None and (origin == "null" or urlsplit(origin).netloc != request.headers.get("host")):
+        raise CrossSiteRequest
+
+
+def csrf_token(request: Request) -> str:
+    """The session's form token: derived from the session cookie, which another site can
+    neither read nor send, so only this session's own pages can carry it."""
+    return hashlib.sha256(b"fenceline-ui-form\0" + request.cookies.get(COOKIE, "").encode()).hexdigest()
+
+
+def checked_form(request: Request, csrf: Annotated[str, Form()] = "") -> None:
+    """Refuse an action's POST sent by another site: a foreign Origin or Sec-Fetch-Site, or a
+    form without this session's token."""
+    same_origin(request)
+    if not request.cookies.get(COOKIE) or not hmac.compare_digest(csrf, csrf_token(request)):
         raise CrossSiteRequest
 
 

@@ -5,10 +5,10 @@ Templates autoescape everything; pages refresh themselves while something is sti
 """
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import Depends, Form, Query, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response, StreamingResponse
@@ -22,9 +22,10 @@ from app.logs import service as logs
 from app.logs.deps import StoreDep
 from app.orchestration import runs
 from app.orchestration import states as s
-from app.ui import access, graph, timeline, views
+from app.orchestration.models import TaskInstance
+from app.ui import access, actions, graph, timeline, views
 from app.ui.access import UiOperatorDep
-from app.web.deps import SessionDep
+from app.web.deps import SessionDep, commit
 from app.web.routes import Router
 
 HERE = Path(__file__).parent
@@ -135,12 +136,35 @@ def logout() -> Response:
 
 # --- pages ----------------------------------------------------------------------------------
 
+RUN_STATES = ("running", "success", "failed")
+
+
+def _when(name: str, value: str) -> datetime | None:
+    """A time from the runs list's form (`datetime-local`: no offset, read as UTC); None if blank."""
+    if not value.strip():
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise AppError(400, "invalid-filter", "Bad filter", f"{name}: {value!r} is not a date and time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 @router.get("/runs")
-def runs_list(request: Request, session: SessionDep, operator: UiOperatorDep, dag_id: str | None = None,
+def runs_list(request: Request, session: SessionDep, operator: UiOperatorDep, dag_id: str = "", state: str = "",
+              run_id: str = "", created_from: str = "", created_to: str = "",
               offset: Annotated[int, Query(ge=0)] = 0) -> Response:
-    rows, total = views.run_rows(session=session, offset=offset, dag_id=dag_id)
+    """The runs, newest first: of a DAG, in a state, created in a time range, searched by run id."""
+    if state and state not in RUN_STATES:
+        raise AppError(400, "invalid-filter", "Bad filter", f"state: {state!r} is none of {', '.join(RUN_STATES)}")
+    filters = {"dag_id": dag_id, "state": state, "run_id": run_id, "created_from": created_from,
+               "created_to": created_to}
+    rows, total = views.run_rows(session=session, offset=offset, dag_id=dag_id or None, state=state or None,
+                                 run_id_contains=run_id, created_from=_when("created_from", created_from),
+                                 created_to=_when("created_to", created_to))
     return page(request, "runs.html", operator=operator, refresh=any(r.run.state == "running" for r in rows),
                 rows=rows, total=total, offset=offset, per_page=views.RUNS_PER_PAGE, dag_id=dag_id,
+                filters=filters, query=urlencode({k: v for k, v in filters.items() if v}), states=RUN_STATES,
                 charts=views.outcome_charts(session=session, now=utcnow()))
 
 
@@ -213,3 +237,77 @@ def seat(request: Request, seat: str, session: SessionDep, operator: UiOperatorD
     latest = executions[0]
     live = latest.observation is None or not latest.observation.terminal
     return page(request, "seat.html", operator=operator, refresh=live, seat=seat, executions=executions)
+
+
+# --- actions: the operator rails as forms (app/ui/actions.py) -------------------------------
+
+def _action_page(request: Request, action: str, *, back: str, back_label: str, status_code: int = 200,
+                 **context: Any) -> Response:
+    return page(request, "action.html", status_code=status_code, title=actions.TITLES[action], here=request.url.path,
+                back=back, back_label=back_label, csrf=access.csrf_token(request), **context)
+
+
+def _run_back(run: Any) -> dict[str, str]:
+    return {"back": f"/ui/runs/{_segment(run.dag_id)}/{_segment(run.run_id)}", "back_label": run.run_id}
+
+
+def _ti_back(ti: Any) -> dict[str, str]:
+    label = ti.task_id + (f" [{ti.map_index}]" if ti.map_index >= 0 else "")
+    return {"back": f"/ui/task-instances/{ti.id}", "back_label": label}
+
+
+@router.get("/act/runs/{action}/{dag_id}/{run_id:path}")
+def run_action_form(request: Request, action: actions.RunAction, dag_id: str, run_id: str, session: SessionDep,
+                    _: UiOperatorDep) -> Response:
+    """What the action will change, and the form that does it."""
+    run, tis = views.run_page(session=session, dag_id=dag_id, run_id=run_id)
+    return _action_page(request, action, changes=actions.run_changes(action, tis), **_run_back(run))
+
+
+@router.post("/act/runs/{action}/{dag_id}/{run_id:path}", dependencies=[Depends(access.checked_form)])
+def run_action(request: Request, action: actions.RunAction, dag_id: str, run_id: str, session: SessionDep,
+               _: UiOperatorDep) -> Response:
+    run, tis = views.run_page(session=session, dag_id=dag_id, run_id=run_id)
+    changed = {c.ti.id for c in actions.run_changes(action, tis)}
+    try:
+        actions.apply_run(session=session, action=action, run=run)
+    except AppError as exc:
+        if exc.status >= 500:
+            raise
+        session.rollback()
+        run, tis = views.run_page(session=session, dag_id=dag_id, run_id=run_id)
+        return _action_page(request, action, status_code=exc.status, error=actions.refusal(exc),
+                            changes=actions.run_changes(action, tis), **_run_back(run))
+    commit(session)
+    run, tis = views.run_page(session=session, dag_id=dag_id, run_id=run_id)
+    return _action_page(request, action, done=True, after=[ti for ti in tis if ti.id in changed], **_run_back(run))
+
+
+@router.get("/act/task-instances/{ti_id}/{action}")
+def ti_action_form(request: Request, ti_id: uuid.UUID, action: actions.TaskAction, session: SessionDep,
+                   _: UiOperatorDep) -> Response:
+    ti = runs.get_task_instance(session=session, ti_id=ti_id)
+    return _action_page(request, action, changes=actions.ti_changes(action, ti), **_ti_back(ti))
+
+
+@router.post("/act/task-instances/{ti_id}/{action}", dependencies=[Depends(access.checked_form)])
+def ti_action(request: Request, ti_id: uuid.UUID, action: actions.TaskAction, session: SessionDep,
+              _: UiOperatorDep) -> Response:
+    try:
+        actions.apply_ti(session=session, action=action, ti_id=ti_id)
+    except AppError as exc:
+        if exc.status >= 500 or exc.status == 404:
+            raise
+        session.rollback()
+        ti = runs.get_task_instance(session=session, ti_id=ti_id)
+        return _action_page(request, action, status_code=exc.status, error=actions.refusal(exc),
+                            changes=actions.ti_changes(action, ti), **_ti_back(ti))
+    commit(session)
+    ti = session.get(TaskInstance, ti_id, populate_existing=True)
+    return _action_page(request, action, done=True, after=[ti], **_ti_back(ti))
+
+
+@router.api_route("/{unknown:path}", methods=["GET", "HEAD", "POST"])
+def unknown_page(request: Request, unknown: str) -> Response:
+    """Any other /ui path: an HTML 404 for the browser, not problem+json."""
+    return error_page(request, 404, "Not found", "No such page.")

@@ -71,9 +71,11 @@ class Demo:
     def start(self) -> None:
         env = {**_clean_env(), **SERVER_SETTINGS, "FENCELINE_DATA_DIR": str(self.root / "server"),
                "FENCELINE_ADMIN_PASSWORD": PASSWORD}
+        self.say("\nstarting the server (it creates and migrates its database first: a few seconds)")
         self.server = self._spawn(["serve", "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
                                   "server.log", env)
         self._wait_for("the server to answer /health", lambda: self._healthy(), 60)
+        self.say(f"server up; starting the workers {' and '.join(SEATS)} (each admits itself as its seat's execution)")
         token = self.http.post("/auth/token", json={"username": "admin", "password": PASSWORD}).json()["access_token"]
         self.http.headers["Authorization"] = f"Bearer {token}"
         worker_env = {**_clean_env(), "FENCELINE_ADMIN_PASSWORD": PASSWORD}
@@ -82,6 +84,7 @@ class Demo:
                                               str(self.root / seat), *WORKER_FLAGS], f"{seat}.log", worker_env)
         self._wait_for("both workers to admit themselves",
                        lambda: all(self.http.get(f"/v1/seats/{s}").status_code == 200 for s in SEATS), 60)
+        self.say("both workers admitted; creating the run")
 
     def _healthy(self) -> bool:
         if self.server is not None and self.server.poll() is not None:
@@ -101,7 +104,10 @@ class Demo:
     def stop(self) -> None:
         """SIGTERM everything still running (workers first, so they can report), then SIGKILL
         what did not stop in time."""
-        for group in (list(self.workers.values()), [self.server] if self.server else []):
+        for what, group in (("the workers (each hands back what it holds; up to 15 s)", list(self.workers.values())),
+                            ("the server", [self.server] if self.server else [])):
+            if any(proc.poll() is None for proc in group):
+                self.say(f"stopping {what}")
             for proc in group:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)

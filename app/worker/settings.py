@@ -170,7 +170,9 @@ SETTINGS = [
 def add_arguments(parser: argparse.ArgumentParser, settings: list[Setting] = SETTINGS) -> None:
     """The flags, as text: from_args parses them, and their variables, once."""
     for setting in settings:
-        where = f" (env {setting.env})" if setting.env else ""
+        said = [*([f"env {setting.env}"] if setting.env else []),
+                *([f"default {setting.default}"] if setting.default is not None else [])]
+        where = f" ({'; '.join(said)})" if said else ""
         parser.add_argument(setting.flag, default=None, help=setting.help + where, **setting.meta)
 
 

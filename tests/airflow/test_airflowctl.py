@@ -3,6 +3,7 @@ Airflow user would run it (docs/airflow-compat.md has the table of every command
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -125,14 +126,19 @@ def test_xcom_list_is_not_found_and_says_why(mixed_ctl):
 
 
 def test_a_headless_login_needs_no_keyring(live_server, tmp_path):
-    """The README's login for a machine without a keyring: a token from `auth token`, held in
-    AIRFLOW_CLI_TOKEN, and `auth login --skip-keyring` to store only the URL."""
+    """The README's login for a machine without a keyring, run as the README has it: a token
+    from fenceline's login held in AIRFLOW_CLI_TOKEN, and `auth login --skip-keyring` to store
+    only the URL."""
     with live_server.client() as http:
         scenario.build(Operator(http))
     ctl = Ctl(tmp_path, live_server.url)
     del ctl.env["AIRFLOW_CLI_DEBUG_MODE"]
-    token = ctl.ok("auth", "token", "--api-url", live_server.url, "--username", "admin", "--password",
-                   ADMIN_PASSWORD).strip()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    export = re.search(r'^export AIRFLOW_CLI_TOKEN=.*?\)"$', readme, re.MULTILINE | re.DOTALL).group(0)
+    export = export.replace("http://127.0.0.1:8000", live_server.url).replace("<password>", ADMIN_PASSWORD)
+    token = subprocess.run(["bash", "-c", f'{export}\nprintf %s "$AIRFLOW_CLI_TOKEN"'], capture_output=True,
+                           text=True, check=True, timeout=60).stdout
+    assert token.count(".") == 2, token  # a JWT, not an error line
     ctl.env["AIRFLOW_CLI_TOKEN"] = token
     assert "Login successful" in ctl.ok("auth", "login", "--api-url", live_server.url, "--skip-keyring")
     assert [r["dag_run_id"] for r in ctl.one("dagrun", "list")["dag_runs"]] == [RUN]

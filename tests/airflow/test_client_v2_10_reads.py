@@ -5,7 +5,7 @@ version, a DAG, its details and tasks, a pool)."""
 from app import __version__
 from tests.airflow import mixed, scenario
 from tests.airflow.mixed import SHOWN, keys, shown
-from tests.support.api import Operator, task
+from tests.support.api import Operator, Worker, task
 
 ALL = set(SHOWN)
 TIS = "TaskInstanceApi", "get_task_instances"
@@ -126,3 +126,22 @@ def test_the_other_date_ranges_and_dag_filters(live_server, v1_calls):
     assert keys(tis_ended["task_instances"]) == keys(t for t in every["task_instances"] if t["end_date"])
     assert tagged["dags"] == [] and [d["dag_id"] for d in inactive["dags"]] == ["etl", "report"]
     assert [p["name"] for p in pools["pools"]] == ["default_pool", "gpus"]
+
+
+def test_a_mapped_tasks_instances_and_an_unknown_state(live_server, v1_calls):
+    with live_server.client() as http:
+        operator = Operator(http)
+        operator.create_run(task("fan", map_index=0), task("fan", map_index=1), task("one"), dag_id="etl", run_id="r1")
+        Worker(operator, "seat-a").claim(10)
+        for path in ("/api/v1/dags/~/dagRuns/~/taskInstances?state=nope", "/api/v1/dags/~/dagRuns?state=nope"):
+            refused = operator.get(path)
+            assert refused.status_code == 400 and refused.json()["detail"].startswith("'nope' is not one of ["), path
+            assert refused.json()["detail"].endswith(" - 'state'")
+    mapped, ordered, not_mapped = v1_calls([
+        ["TaskInstanceApi", "get_mapped_task_instances", ["etl", "r1", "fan"], {}],
+        ["TaskInstanceApi", "get_mapped_task_instances", ["etl", "r1", "fan"], {"order_by": "-map_index"}],
+        ["TaskInstanceApi", "get_mapped_task_instances", ["etl", "r1", "one"], {}]])
+    assert [(t["map_index"], t["executor"]) for t in mapped["task_instances"]] == [(0, "fenceline"), (1, "fenceline")]
+    assert {t["hostname"] for t in mapped["task_instances"]} == {"seat-a"}
+    assert [t["map_index"] for t in ordered["task_instances"]] == [1, 0]
+    assert not_mapped == {"status": 404}

@@ -7,6 +7,7 @@ from airflow_client.client.api.dag_api import DAGApi
 from airflow_client.client.api.dag_run_api import DagRunApi
 from airflow_client.client.api.monitor_api import MonitorApi
 from airflow_client.client.api.pool_api import PoolApi
+from airflow_client.client.api.task_api import TaskApi
 from airflow_client.client.api.task_instance_api import TaskInstanceApi
 from airflow_client.client.api.version_api import VersionApi
 from airflow_client.client.api.x_com_api import XComApi
@@ -62,6 +63,27 @@ class TestReads:
         assert detail.map_index == 0 and detail.state.value == "success"
         by_query = TaskInstanceApi(api).get_task_instance_tries(DAG, RUN, "fan", map_index=1)
         assert [t.map_index for t in by_query.task_instances] == [1]
+
+    def test_the_tasks_of_a_dag(self, built):
+        _, api = built
+        tasks = TaskApi(api).get_tasks(DAG)
+        assert [(t.task_id, t.is_mapped, t.downstream_task_ids) for t in tasks.tasks] == [
+            ("extract", False, ["fan"]), ("fan", True, [])] and tasks.total_entries == 2
+        assert TaskApi(api).get_task(DAG, "extract").retries == 1
+        assert [t.task_id for t in TaskApi(api).get_tasks(DAG, order_by="-task_id").tasks] == ["fan", "extract"]
+        with pytest.raises(af.exceptions.NotFoundException):
+            TaskApi(api).get_task(DAG, "nope")
+
+    def test_a_mapped_tasks_instances_with_their_host_and_executor(self, built):
+        _, api = built
+        mapped = TaskInstanceApi(api).get_mapped_task_instances(DAG, RUN, "fan")
+        assert [(t.map_index, t.hostname, t.executor) for t in mapped.task_instances] == [
+            (0, "worker-1", "fenceline"), (1, "worker-1", "fenceline")] and mapped.total_entries == 2
+        one = TaskInstanceApi(api).get_mapped_task_instances(DAG, RUN, "fan", map_index=[1], order_by=["-map_index"])
+        assert [t.map_index for t in one.task_instances] == [1]
+        for not_mapped in ("extract", "nope"):
+            with pytest.raises(af.exceptions.NotFoundException):
+                TaskInstanceApi(api).get_mapped_task_instances(DAG, RUN, not_mapped)
 
     def test_unknown_try_is_not_found(self, built):
         _, api = built

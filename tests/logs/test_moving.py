@@ -1,6 +1,9 @@
 """Moving between stores: `fenceline logs copy` (resumable, idempotent), and which store an
 installation uses when FENCELINE_LOG_STORE is unset."""
 
+import contextlib
+import os
+import pty
 import subprocess
 import uuid
 
@@ -88,9 +91,31 @@ class TestDefaultStore:
                               text=True, timeout=START_TIMEOUT)
         assert done.returncode == 0, done.stderr
         assert "copied 7 bytes of 1 streams to the database store" in done.stdout
+        assert "streams," not in done.stderr  # no progress bar in a pipe
         again = subprocess.run([*FENCELINE, "logs", "copy", "--to", "database"], env=env, capture_output=True,
                                text=True, timeout=START_TIMEOUT)
         assert "copied 0 bytes of 0 streams" in again.stdout
         refused = subprocess.run([*FENCELINE, "logs", "copy", "--to", "ftp://x"], env=env, capture_output=True,
                                  text=True, timeout=START_TIMEOUT)
         assert refused.returncode == 2 and "file, database or s3://" in refused.stderr
+
+
+def test_the_copy_shows_a_progress_bar_on_a_terminal(tmp_path):
+    env = clean_env(tmp_path / "data")
+    for n in range(3):
+        log = tmp_path / "data" / "logs" / "dag" / "run" / f"t{n}" / "-1" / "1.e1.log"
+        log.parent.mkdir(parents=True)
+        log.write_bytes(b"a line\n")
+    subprocess.run([*FENCELINE, "migrate"], env=env, check=True, capture_output=True, timeout=START_TIMEOUT)
+    leader, follower = pty.openpty()
+    with os.fdopen(leader, "rb", buffering=0) as terminal:
+        done = subprocess.run([*FENCELINE, "logs", "copy", "--to", "database"], env=env, stdout=subprocess.PIPE,
+                              stderr=follower, timeout=START_TIMEOUT)
+        os.close(follower)
+        shown = b""
+        with contextlib.suppress(OSError):  # the terminal's other end closed: all is read
+            while chunk := terminal.read(4096):
+                shown += chunk
+    assert done.returncode == 0
+    assert shown.decode().endswith(f"[{'#' * 30}] 3/3 streams, 0.0 MiB copied\r\n")
+    assert b"copied 21 bytes of 3 streams" in done.stdout

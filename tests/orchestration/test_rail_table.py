@@ -19,7 +19,7 @@ from app.execution import dispatch, fence, operator, reapers
 from app.execution.schemas import Report
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
-from app.orchestration.operator import clear, mark
+from app.orchestration.operator import cancel, clear, mark, skip
 from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, requeue
 from app.orchestration.promotion import promote
 from app.orchestration.readiness import refresh_run
@@ -87,6 +87,10 @@ SPECS: dict[str, tuple[str, str, dict[str, Any], Callable[[Session, TaskInstance
                      s.SUCCESS),
     "mark_failed": ("a", s.RUNNING, {}, lambda session, ti, case: mark(session=session, ti=ti, state=s.FAILED),
                     s.FAILED),
+    "cancel": ("a", s.RUNNING, {}, lambda session, ti, case: cancel(session=session, ti=ti), s.FAILED),
+    "skip": ("a", s.RUNNING, {}, lambda session, ti, case: skip(session=session, ti=ti), s.SKIPPED),
+    "replace": ("a", s.RUNNING, {"max_infra_attempts": 3}, lambda session, ti, case: operator.replace(
+        session=session, ti=ti), s.SCHEDULED),
     "agent_lost": ("a", s.RUNNING, {"max_infra_attempts": 3}, reaper_mark("agent_lost"), s.SCHEDULED),
     "dispatch_lost": ("a", s.RUNNING, {"max_infra_attempts": 3}, reaper_mark("dispatch_lost"), s.SCHEDULED),
     "worker_lost": ("a", s.RUNNING, {"max_infra_attempts": 3}, reaper_mark("worker_lost"), s.SCHEDULED),

@@ -18,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.support.api import ADMIN_PASSWORD, Operator
+from tests.support.api import ADMIN_PASSWORD, Operator, Worker, task, ti_ids
 from tests.ui.pages import CHROMEDRIVER, CHROMIUM, chrome, fence_run, infra_fault_then_success
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -194,3 +194,75 @@ def test_the_fence_views_show_a_re_placed_and_retried_run_and_follow_its_running
     generations = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "table.grid tbody tr")]
     assert generations[0].startswith(f"2 {run.second.execution_id} current")
     assert generations[1].startswith(f"1 {run.first.execution_id} superseded")
+
+
+def test_an_operator_takes_every_rail_from_the_dashboard(browser, live_server):
+    """Each action, as a person does it in Chromium: the link, the confirmation saying what will
+    change, the button, the result; a 409 shown on the page; a forged form refused."""
+    wait = WebDriverWait(browser, 20)
+    with live_server.client() as api:
+        operator = Operator(api)
+        run = operator.create_run(task("a", retries=1, max_infra_attempts=3), task("b"), task("c", "b"),
+                                  dag_id="etl", run_id="acts")
+        worker = Worker(operator, "seat-b")
+        attempts = {a.task_id: a for a in worker.claim(10)}  # a and b in flight, c waiting on b
+        ids = ti_ids(run)
+    log_in(browser, live_server.url, wait)
+
+    def act(link: str, button: str) -> list[str]:
+        """Follow the action link, read the confirmation's rows, press its button; answers the rows."""
+        browser.find_element(By.CSS_SELECTOR, link).click()
+        rows = [r.text for r in wait.until(ec.presence_of_all_elements_located((By.CSS_SELECTOR, "tr.change")))]
+        pressed = browser.find_element(By.CSS_SELECTOR, "form.confirm button")
+        assert pressed.text == button
+        pressed.click()
+        wait.until(ec.staleness_of(pressed))
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "p.result")))
+        return rows
+
+    def open_ti(task_id: str) -> None:
+        browser.get(f"{live_server.url}/ui/task-instances/{ids[task_id]}")
+
+    open_ti("a")
+    rows = act("a.act-replace", "Re-place now")
+    assert "infra budget 1 of 3" in rows[0] and f"epoch {attempts['a'].epoch}" in rows[0]
+    assert "scheduled" in browser.find_element(By.CSS_SELECTOR, "tr.change").text
+    with live_server.client() as api:
+        assert attempts["a"].on(api).heartbeat().status_code == 409
+    open_ti("a")
+    act("a.act-mark-success", "Mark success")
+    open_ti("a")
+    act("a.act-mark-failed", "Mark failed")
+    open_ti("a")
+    rows = act("a.act-clear", "Clear")
+    assert "a new try (2)" in rows[0]  # re-place and mark spend no try
+
+    browser.get(f"{live_server.url}/ui/runs/etl/acts")  # from the grid
+    browser.find_element(By.XPATH, "//tr[contains(@class,'ti-row')][.//a[text()='b']]//a[@class='act-replace']").click()
+    stale = browser.current_url
+    with live_server.client() as api:  # another operator marks it failed first: nothing is in flight now
+        Operator(api).post(f"/v1/task-instances/{ids['b']}/mark", json={"state": "failed"})
+    pressed = browser.find_element(By.CSS_SELECTOR, "form.confirm button")
+    pressed.click()
+    wait.until(ec.staleness_of(pressed))
+    refusal = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".refusal"))).text
+    assert refusal.startswith("Refused (409 task-instance-not-in-flight)")
+    assert browser.current_url == stale
+
+    browser.get(f"{live_server.url}/ui/runs/etl/acts")
+    rows = act("a.action.danger", "Cancel the run")
+    assert any(r.startswith("a") and "skipped" in r for r in rows)
+    browser.get(f"{live_server.url}/ui/runs/etl/acts")
+    rows = act("a.action", "Clear the run's failed tasks")
+    assert {r.split()[0] for r in rows} == {"a", "b", "c"}
+    with live_server.client() as api:
+        assert Operator(api).run("etl", "acts")["state"] == "running"
+
+    # A form whose token was tampered with is refused, and changes nothing.
+    open_ti("b")
+    browser.find_element(By.CSS_SELECTOR, "a.act-mark-success").click()
+    browser.execute_script("document.querySelector('input[name=csrf]').value = 'forged'")
+    browser.find_element(By.XPATH, "//form[@class='confirm']/button").click()
+    assert wait.until(ec.text_to_be_present_in_element((By.TAG_NAME, "h1"), "Cross-site request refused"))
+    with live_server.client() as api:
+        assert Operator(api).ti(ids["b"])["state"] != "success"

@@ -26,6 +26,9 @@ class TestDemo:
         out = done.stdout
         assert done.returncode == 0, out + done.stderr
         assert "run fenceline_demo / demo-run-1 finished: success" in out
+        # Never silent while it waits: it says what it starts and what it stops.
+        assert out.index("starting the server") < out.index("server up") < out.index("both workers admitted")
+        assert out.index("stopping the workers") < out.index("stopping the server") < out.index("cleaned up")
         assert re.search(r"transform\[2\] is running on demo-worker-\d: killing that worker with SIGKILL", out)
         assert re.search(r"transform\[1\] +try 1 epoch \d+ on demo-worker-\d: failed \(application failure", out)
         assert re.search(r"try 2 epoch \d+ on demo-worker-\d: success", out)
