@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from pydantic_core import to_json
 
 from app.auth.deps import AttemptDep, OperatorDep, OperatorOrAttemptDep, WorkerDep, installation
-from app.errors import AppError, forbidden
+from app.errors import forbidden
 from app.execution import attempts, batch, fence, observations, operator, reapers
 from app.execution.claims import Claims
 from app.execution.schemas import (
