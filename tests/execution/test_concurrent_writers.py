@@ -1,0 +1,92 @@
+"""Concurrent writers never surface as errors (contract 2.12; decision 0009): the mix of
+claims, batches, single reports, clears, clear-faileds and sweeps answers no 500 and settles
+each attempt once; a deadlock is run again, and one that persists is 503 with Retry-After."""
+
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import Connection, Engine, text
+
+from app.db import retries
+from app.main import create_app
+from tests.support.api import Operator, Worker, assert_problem, json_of, task
+from tests.support.concurrency import wait_for_lock_waits
+from tests.support.mix import audit, run_mix
+from tests.support.scrape import sample
+from tests.support.servers import LiveServer
+from tests.support.settings import app_settings
+
+# What the mix's sweeps need to find: attempts whose agent went quiet, claims never started.
+CONFLICTS = "fenceline_database_conflicts_total"
+SWEEPING = {"agent_lost_after_seconds": 1, "dispatch_lost_after_seconds": 2, "reaper_interval_seconds": 0.5}
+
+
+class TestTheMix:
+    def test_no_answer_is_a_500_and_every_settle_happens_once(self, db_url, engine, is_postgres):
+        """Two workers (three threads each) claim and report, in batches and alone, while two
+        operators clear, clear runs' failures, sweep and create runs, and the reaper sweeps on
+        its own: for 15 s on PostgreSQL (5 s on SQLite, whose writers take turns). Before the
+        lock order, 1 to 4 answers of such a run were 500 (a deadlock)."""
+        with LiveServer(create_app(app_settings(db_url, **SWEEPING))) as server, server.client() as client:
+            tally = run_mix(server.url, Operator(client), 15 if is_postgres else 5, threads=3, operators=2)
+        statuses = tally.by_status()
+        assert statuses[500] == 0 and statuses[0] == 0, tally.statuses
+        assert not tally.unanswered
+        assert audit(engine, tally) == []
+        routes = {route for route, status in tally.statuses if status < 300}
+        assert routes >= {"claim", "batch", "report", "clear", "clear-failed", "reap", "create"}, routes
+        assert len(tally.acknowledged) > 50
+
+
+@contextmanager
+def deadlocked_claim(server: LiveServer, engine: Engine, operator: Operator) -> Iterator[tuple[Connection, Future]]:
+    """A claim that deadlocks with this test's own transaction: the claim holds the default
+    pool's lock and waits on the task instance's row, which the test holds, and the test then
+    asks for the pool's lock. The test's transaction waits longer than the server's before it
+    looks for a deadlock, so the claim is the one rolled back. Yields the test's connection
+    (its transaction holding both locks once the claim gave way) and the claim's answer to come;
+    the transaction is rolled back at the end."""
+    run = operator.create_run(task("a"))
+    worker = Worker(operator)
+    with server.client() as http, ThreadPoolExecutor(1) as pool, engine.connect() as conn:
+        try:
+            conn.execute(text("SET LOCAL deadlock_timeout = '30s'"))
+            conn.execute(text("SELECT id FROM task_instances WHERE id = :id FOR UPDATE"),
+                         {"id": run["task_instances"][0]["ti_id"]})
+            answer = pool.submit(http.post, "/v1/dispatch/claim", json={"limit": 1}, headers=worker.headers,
+                                 timeout=60)
+            wait_for_lock_waits(engine)  # the claim holds the pool and waits on the row
+            conn.execute(text("SELECT name FROM pools WHERE name = 'default_pool' FOR UPDATE"))  # it gave way
+            yield conn, answer
+        finally:
+            conn.rollback()
+
+
+@pytest.mark.postgres_only("deadlocks are PostgreSQL's: SQLite's writers take turns")
+class TestDeadlocks:
+    def test_a_deadlock_is_run_again_and_the_claim_succeeds(self, live_server, engine):
+        with live_server.client() as client:
+            operator = Operator(client)
+            before = sample(operator, CONFLICTS, kind="deadlock", outcome="retried")
+            with deadlocked_claim(live_server, engine, operator) as (conn, answer):
+                wait_for_lock_waits(engine)  # run again, the claim waits for the pool
+            (item,) = json_of(answer.result(timeout=60))["items"]
+            assert item["correlation"]["attempt_epoch"] == 1
+            assert sample(operator, CONFLICTS, kind="deadlock", outcome="retried") == before + 1
+
+    def test_a_deadlock_that_persists_is_503_with_retry_after_and_writes_nothing(self, live_server, engine,
+                                                                                 monkeypatch):
+        monkeypatch.setattr(retries, "RUNS", 1)  # the first conflict persists
+        with live_server.client() as client:
+            operator = Operator(client)
+            before = sample(operator, CONFLICTS, kind="deadlock", outcome="refused")
+            with deadlocked_claim(live_server, engine, operator) as (conn, answer):
+                resp = answer.result(timeout=60)
+            problem = assert_problem(resp, 503, "database-conflict")
+            assert resp.headers["Retry-After"] == "1"
+            assert "Retry the request" in problem["detail"]
+            assert sample(operator, CONFLICTS, kind="deadlock", outcome="refused") == before + 1
+            (ti,) = operator.run()["task_instances"]
+            assert (ti["state"], ti["attempt_epoch"]) == ("scheduled", 0)
