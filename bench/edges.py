@@ -62,6 +62,7 @@ def measure(seconds: float, kill_every: float) -> list[list[object]]:
     rows += [[f"answers {status or 'lost (connection)'}", n] for status, n in sorted(statuses.items())]
     rows += [[f"  {route} {status or 'lost'}", n] for (route, status), n in sorted(tally.statuses.items())
              if status >= 400 or status == 0]
+    rows += [[f"  {status} {kind}", n] for (status, kind), n in sorted(tally.problems.items())]
     rows += [["resent (after a 503 or a lost connection)", tally.resent],
              ["requests never answered past the resends", len(tally.unanswered)]]
     rows += [[f"{kind}s {outcome}", int(n)] for (kind, outcome), n in conflicts.items()]

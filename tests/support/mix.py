@@ -36,6 +36,7 @@ class Tally:
     """What the actors saw, shared (under `lock`) by all of them."""
 
     statuses: Counter = field(default_factory=Counter)  # (route, status) of every answer
+    problems: Counter = field(default_factory=Counter)  # (status, type) of every 5xx answer
     resent: int = 0
     acknowledged: dict[tuple[str, int, int], str] = field(default_factory=dict)  # attempt -> outcome a 200 took
     claimed: Counter = field(default_factory=Counter)  # attempt -> times a claim handed it out
@@ -68,6 +69,8 @@ class Actor:
                 status = resp.status_code
             with self.tally.lock:
                 self.tally.statuses[route, status] += 1
+                if status >= 500:
+                    self.tally.problems[status, resp.json().get("type")] += 1
                 if n:
                     self.tally.resent += 1
             if status not in (0, 503):
