@@ -2,12 +2,13 @@
 claims, batches, single reports, clears, clear-faileds and sweeps answers no 500 and settles
 each attempt once; a deadlock is run again, and one that persists is 503 with Retry-After."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
+import httpx
 import pytest
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Engine, text
 
 from app.db import retries
 from app.main import create_app
@@ -41,27 +42,40 @@ class TestTheMix:
 
 
 @contextmanager
-def deadlocked_claim(server: LiveServer, engine: Engine, operator: Operator) -> Iterator[tuple[Connection, Future]]:
-    """A claim that deadlocks with this test's own transaction: the claim holds the default
-    pool's lock and waits on the task instance's row, which the test holds, and the test then
-    asks for the pool's lock. The test's transaction waits longer than the server's before it
-    looks for a deadlock, so the claim is the one rolled back. Yields the test's connection
-    (its transaction holding both locks once the claim gave way) and the claim's answer to come;
-    the transaction is rolled back at the end."""
-    run = operator.create_run(task("a"))
-    worker = Worker(operator)
+def deadlocked(server: LiveServer, engine: Engine, send: Callable[[httpx.Client], httpx.Response],
+               held: str, then: str, **params: object) -> Iterator[Future]:
+    """A request (`send`) that deadlocks with this test's own transaction: the test holds a row
+    (the statement `held`), the request takes a lock and waits on that row, and the test then
+    asks for the request's lock (`then`). The test's transaction waits longer than the
+    server's before it looks for a deadlock, so the request's is the one rolled back. Yields the
+    request's answer to come, while the test's transaction holds both locks; it is rolled back
+    at the end."""
     with server.client() as http, ThreadPoolExecutor(1) as pool, engine.connect() as conn:
         try:
             conn.execute(text("SET LOCAL deadlock_timeout = '30s'"))
-            conn.execute(text("SELECT id FROM task_instances WHERE id = :id FOR UPDATE"),
-                         {"id": run["task_instances"][0]["ti_id"]})
-            answer = pool.submit(http.post, "/v1/dispatch/claim", json={"limit": 1}, headers=worker.headers,
-                                 timeout=60)
-            wait_for_lock_waits(engine)  # the claim holds the pool and waits on the row
-            conn.execute(text("SELECT name FROM pools WHERE name = 'default_pool' FOR UPDATE"))  # it gave way
-            yield conn, answer
+            conn.execute(text(held), params)
+            answer = pool.submit(send, http)
+            wait_for_lock_waits(engine)  # the request holds its lock and waits on the row
+            conn.execute(text(then), params)  # the request gave way
+            yield answer
         finally:
             conn.rollback()
+
+
+TI_ROW = "SELECT id FROM task_instances WHERE id = :ti FOR UPDATE"
+POOL_ROW = "SELECT name FROM pools WHERE name = 'default_pool' FOR UPDATE"
+RUN_ROW = "SELECT id FROM dag_runs WHERE id = (SELECT dag_run_id FROM task_instances WHERE id = :ti) FOR UPDATE"
+
+
+@contextmanager
+def deadlocked_claim(server: LiveServer, engine: Engine, operator: Operator) -> Iterator[Future]:
+    """A claim that holds the default pool's lock and waits on the task instance's row."""
+    run = operator.create_run(task("a"))
+    worker = Worker(operator)
+    with deadlocked(server, engine, lambda http: http.post("/v1/dispatch/claim", json={"limit": 1},
+                                                          headers=worker.headers, timeout=60),
+                    TI_ROW, POOL_ROW, ti=run["task_instances"][0]["ti_id"]) as answer:
+        yield answer
 
 
 @pytest.mark.postgres_only("deadlocks are PostgreSQL's: SQLite's writers take turns")
@@ -70,7 +84,7 @@ class TestDeadlocks:
         with live_server.client() as client:
             operator = Operator(client)
             before = sample(operator, CONFLICTS, kind="deadlock", outcome="retried")
-            with deadlocked_claim(live_server, engine, operator) as (conn, answer):
+            with deadlocked_claim(live_server, engine, operator) as answer:
                 wait_for_lock_waits(engine)  # run again, the claim waits for the pool
             (item,) = json_of(answer.result(timeout=60))["items"]
             assert item["correlation"]["attempt_epoch"] == 1
@@ -82,7 +96,7 @@ class TestDeadlocks:
         with live_server.client() as client:
             operator = Operator(client)
             before = sample(operator, CONFLICTS, kind="deadlock", outcome="refused")
-            with deadlocked_claim(live_server, engine, operator) as (conn, answer):
+            with deadlocked_claim(live_server, engine, operator) as answer:
                 resp = answer.result(timeout=60)
             problem = assert_problem(resp, 503, "database-conflict")
             assert resp.headers["Retry-After"] == "1"
@@ -90,3 +104,20 @@ class TestDeadlocks:
             assert sample(operator, CONFLICTS, kind="deadlock", outcome="refused") == before + 1
             (ti,) = operator.run()["task_instances"]
             assert (ti["state"], ti["attempt_epoch"]) == ("scheduled", 0)
+
+    def test_a_deadlocked_report_is_run_again_and_settles_once(self, live_server, engine):
+        """A sync route's transaction (app/web/routes.py): the report holds the run's lock and
+        waits on the task instance's row."""
+        with live_server.client() as client:
+            operator = Operator(client)
+            operator.create_run(task("a"))
+            attempt = Worker(operator).claim_one()
+            attempt.report("running")
+            before = sample(operator, CONFLICTS, kind="deadlock", outcome="retried")
+            send = lambda http: attempt.on(http).send("success")  # noqa: E731
+            with deadlocked(live_server, engine, send, TI_ROW, RUN_ROW, ti=attempt.ti_id) as answer:
+                wait_for_lock_waits(engine)  # run again, the report waits for the run
+            assert json_of(answer.result(timeout=60))["state"] == "success"
+            assert sample(operator, CONFLICTS, kind="deadlock", outcome="retried") == before + 1
+            (record,) = operator.attempts(attempt.ti_id)
+            assert (record["state"], record["attempt_epoch"]) == ("success", 1)
