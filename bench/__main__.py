@@ -14,7 +14,10 @@ over the figure's measured interval:
   /api/v1 text: MB/s and the server's resident-memory growth;
 - fleet (bench/fleet.py): 1,000 idle workers holding waiting claims beside 100 busy agents;
 - floors (bench/floors.py): what a request costs with none of fenceline in it (a bare route,
-  a transaction in an ORM session or on a bare psycopg connection, in the threadpool or not).
+  a transaction in an ORM session or on a bare psycopg connection, in the threadpool or not);
+- edges (bench/edges.py), run alone by `python -m bench edges`: the concurrent-writers soak
+  (claims, batches, rails, sweeps and killed connections) for --seconds, its answers by status,
+  the deadlocks the server ran again, and the audit of every settle.
 """
 
 import argparse
@@ -26,7 +29,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import fleet, floors, reads, roundtrips  # noqa: E402
+from bench import edges, fleet, floors, reads, roundtrips  # noqa: E402
 from bench.common import Server, admit, table  # noqa: E402
 
 MB = 1024 * 1024
@@ -98,17 +101,28 @@ FIGURES = {
     "biglog": lambda a: (BIGLOG_HEADERS, biglog(a.log_mb)),
     "fleet": lambda a: (["figure", "value"], fleet_figures()),
     "floors": lambda a: (floors.HEADERS, floors.measure(a.seconds, 8)),
+    "edges": lambda a: (edges.HEADERS, edges.measure(a.seconds, a.kill_every)),
 }
+# Figures a bare `python -m bench` leaves out: a soak, not a figure of the performance table.
+ON_DEMAND = ("edges",)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("figures", nargs="*", metavar="figure",
+                        help=f"figures to run (as --only): {', '.join(FIGURES)}")
     parser.add_argument("--seconds", type=float, default=10, help="measured time per figure")
     parser.add_argument("--log-mb", type=int, default=200)
-    parser.add_argument("--only", default=",".join(FIGURES), help="figures to run, comma-separated")
+    parser.add_argument("--kill-every", type=float, default=1.0,
+                        help="edges: seconds between two database connections ended")
+    parser.add_argument("--only", default=",".join(f for f in FIGURES if f not in ON_DEMAND),
+                        help="figures to run, comma-separated")
     args = parser.parse_args()
-    for name in args.only.split(","):
+    names = args.figures or args.only.split(",")
+    if unknown := [name for name in names if name not in FIGURES]:
+        parser.error(f"no figure {', '.join(unknown)}; the figures are {', '.join(FIGURES)}")
+    for name in names:
         print(f"bench: {name} …", file=sys.stderr, flush=True)
         headers, rows = FIGURES[name](args)
         print(table(headers, rows), flush=True)

@@ -6,6 +6,8 @@ import sqlite3
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from app.db.retries import CONFLICTS
+
 
 class DatabaseFault(enum.Enum):
     """The database faults a client should hear about as such; any other database error is a
@@ -15,6 +17,8 @@ class DatabaseFault(enum.Enum):
     POOL_TIMEOUT = "No database connection was free in time. Retry the request."
     CONNECTION_LOST = "The connection to the database was lost or refused. Retry the request."
     FULL = "The database's storage is full; nothing was written."
+    CONFLICT = ("Concurrent writes kept conflicting (a deadlock or a serialization failure); nothing was "
+                "written. Retry the request.")
 
     @property
     def detail(self) -> str:
@@ -38,6 +42,8 @@ def database_fault(exc: BaseException) -> DatabaseFault | None:
             return DatabaseFault.BUSY
         return DatabaseFault.FULL if code == sqlite3.SQLITE_FULL else None
     sqlstate = getattr(orig, "sqlstate", None) or ""
+    if sqlstate in CONFLICTS:  # what app/db/retries.py ran again as often as it runs one
+        return DatabaseFault.CONFLICT
     if sqlstate == "53100":  # disk_full
         return DatabaseFault.FULL
     if sqlstate == "55P03":  # lock_not_available (lock_timeout)

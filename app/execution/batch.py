@@ -9,8 +9,8 @@ report that is one statement, refused before it writes, needs none: fence.writes
 does a log append, whose one write is its last: app/logs/service.py BatchAppends). A database
 fault fails the batch whole. What entries can share, they share: a run of consecutive
 heartbeats is one guarded statement (fence.heartbeats), and the runs of every outcome in the
-batch are locked first, in one order (run id), so two batches, or a batch and a reaper sweep,
-never deadlock. A batch sent again changes nothing twice: each entry answers as its single
+batch are locked first, in key order (cas.lock_runs), so two batches, or a batch and a reaper
+sweep, never deadlock. A batch sent again changes nothing twice: each entry answers as its single
 request does when repeated. Log appends belong to the logs domain, above this one: the app
 hands them in.
 """
@@ -21,17 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import bindparam, select
 from sqlalchemy.exc import DataError, StatementError
 from sqlmodel import Session
 
 from app.auth.service import verified_attempt
 from app.auth.tokens import AttemptClaims, KeyRing
-from app.db.dialect import dialect_of
 from app.errors import AppError, forbidden, invalid_input, unauthorized, unstorable_value
 from app.execution import fence
 from app.execution.schemas import MAX_BATCH_ENTRIES, Report
-from app.orchestration.cas import RUNS, TI
+from app.orchestration.cas import lock_runs
 from app.orchestration.outcomes import Backoff
 from app.telemetry.tracing import BATCH_OPS
 
@@ -98,7 +96,8 @@ def apply(*, session: Session, batch: Batch, entries: list[dict[str, Any]]) -> l
             checked.append(_checked(batch, index, raw))
         except AppError as refusal:
             results[index] = Result.refused(refusal)
-    _lock_runs(session, {e.token.ti_id for e in checked if e.op == "report" and e.fields.get("state") != "running"})
+    # The runs of every outcome first, in key order (cas.lock_runs): before any task instance's row.
+    lock_runs(session, of={e.token.ti_id for e in checked if e.op == "report" and e.fields.get("state") != "running"})
     for group in _groups(checked):
         if group[0].op == "heartbeat":
             answers = fence.heartbeats(session=session, tokens=[e.token for e in group])
@@ -137,17 +136,6 @@ def _groups(entries: list[Entry]) -> Iterator[list[Entry]]:
         group.append(entry)
     if group:
         yield group
-
-
-LOCK_RUNS = (select(RUNS.c.id).where(RUNS.c.id.in_(select(TI.c.dag_run_id).where(
-    TI.c.id.in_(bindparam("ids", expanding=True))))).order_by(RUNS.c.id))
-
-
-def _lock_runs(session: Session, ti_ids: set[uuid.UUID]) -> None:
-    """Lock the runs the batch's outcomes settle, in run order (cas.lock_run's lock, every one
-    taken before any task instance's row)."""
-    if ti_ids and not dialect_of(session).one_writer:
-        session.execute(dialect_of(session).for_update(LOCK_RUNS), {"ids": list(ti_ids)}).all()
 
 
 def _applied(session: Session, batch: Batch, entry: Entry) -> Result:

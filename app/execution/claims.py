@@ -15,11 +15,13 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from app.auth import tokens
+from app.db.retries import retried
 from app.errors import AppError
 from app.execution import dispatch
 from app.execution.hub import Hub, wait_for_work
 from app.execution.schemas import Correlation, WorkItem
 from app.telemetry import tracing
+from app.telemetry.metrics import count_conflict
 
 log = logging.getLogger("fenceline.claims")
 A = TypeVar("A")
@@ -157,39 +159,23 @@ class Claims:
                                    queues=queues, claimer=execution_id)
 
     def claim_now(self, asks: list[Ask]) -> list[Answer]:
-        """Claim attempts on the same queues begun together (in a claim thread: Batches): those
-        told neither to promote nor that work is likely ready first look (_looked); then every
-        one that may find work claims, all in one transaction (dispatch.claim_each), committed
-        only while each waiting client to be handed items is still there (else made again
-        without the gone ones). Answers, in order, each one's items and, when it claimed
+        """Claim attempts on the same queues begun together (in a claim thread: Batches): the
+        time-driven rails first when one was told to promote (_promote); those told neither to
+        promote nor that work is likely ready look (_looked); then every one that may find work
+        claims (_claim), the transaction run again whole after a conflict with another writer
+        (app/db/retries.py). Answers, in order, each one's items and, when it claimed
         nothing and waits, whether ready work was held back by a pool or a cap; or its refusal."""
         answers: list[Answer] = [([], False) for _ in asks]
-        promote = any(ask.promote for ask in asks)
-        committed = False
-        try:
-            claiming = self._looked(asks, answers)
-            if not claiming:
-                return answers
-            with Session(self.engine, expire_on_commit=False) as session:
-                while claiming:
-                    claimed = dispatch.claim_each(session=session, claims=[(asks[n].execution_id, asks[n].limit)
-                                                                           for n in claiming],
-                                                  queues=asks[claiming[0]].queues, promote=promote)
-                    holding = [n for n, got in zip(claiming, claimed, strict=True)
-                               if not isinstance(got, AppError) and got.rows and asks[n].waits]
-                    gone = anyio.from_thread.run(departed, [asks[n] for n in holding]) if holding else []
-                    left = {holding[k] for k in gone}
-                    if not left:
-                        session.commit()  # the pools' lock ends here: what follows is no claim's wait
-                        committed = True
-                        break
-                    session.rollback()  # nobody is there to run what was claimed for them: again without them
-                    claiming = [n for n in claiming if n not in left]
-        finally:
-            if promote and not committed:
-                self.hub.promotion_undone()
-        if not committed:
+        if any(ask.promote for ask in asks):
+            self._promote()
+        claiming = self._looked(asks, answers)
+        if not claiming:
             return answers
+        with Session(self.engine, expire_on_commit=False) as session:
+            took = retried([session], lambda: self._claim(session, asks, claiming), seen=count_conflict)
+        if took is None:
+            return answers
+        claiming, claimed = took
         keyring, ttl = asks[0].keyring, asks[0].ttl_seconds
         for n, got in zip(claiming, claimed, strict=True):
             if isinstance(got, AppError):
@@ -205,6 +191,42 @@ class Claims:
                 items.append(WorkItem(payload=_payload(ti), correlation=correlation, attempt_token=token))
             answers[n] = (items, asks[n].waits and got.held_back)
         return answers
+
+    def _promote(self) -> None:
+        """The time-driven rails, in a transaction of their own, committed before the claim's:
+        a claim never holds a task instance's row while it waits for the pools' lock
+        (docs/decisions/0013-one-lock-order.md). Not done, it is asked of the next claim."""
+        done = False
+        try:
+            with Session(self.engine) as session:
+                def promoted() -> None:
+                    dispatch.promote_due(session)
+                    session.commit()
+                retried([session], promoted, seen=count_conflict)
+            done = True
+        finally:
+            if not done:
+                self.hub.promotion_undone()
+
+    def _claim(self, session: Session, asks: list[Ask], claiming: list[int]
+               ) -> tuple[list[int], list[dispatch.Claimed | AppError]] | None:
+        """The claims of `claiming` (places in `asks`), all in one transaction (dispatch.claim_each),
+        committed only while each waiting client to be handed items is still there (else made
+        again without the gone ones): answers the places that claimed and what each took, or
+        None once no claim is left."""
+        while claiming:
+            claimed = dispatch.claim_each(session=session, claims=[(asks[n].execution_id, asks[n].limit)
+                                                                   for n in claiming], queues=asks[claiming[0]].queues)
+            holding = [n for n, got in zip(claiming, claimed, strict=True)
+                       if not isinstance(got, AppError) and got.rows and asks[n].waits]
+            gone = anyio.from_thread.run(departed, [asks[n] for n in holding]) if holding else []
+            left = {holding[k] for k in gone}
+            if not left:
+                session.commit()  # the pools' lock ends here: what follows is no claim's wait
+                return claiming, claimed
+            session.rollback()  # nobody is there to run what was claimed for them: again without them
+            claiming = [n for n in claiming if n not in left]
+        return None
 
     def _looked(self, asks: list[Ask], answers: list[Answer]) -> list[int]:
         """The places in `asks` of those that may find work: told to promote, or that work is

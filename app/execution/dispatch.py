@@ -118,23 +118,30 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
     after the other (the pool rows' lock on PostgreSQL; SQLite serialises writers), so two
     claimers never get the same task instance nor overfill a pool. 409 stale-execution for an
     execution that may not claim. With `promote`, time-driven work whose wait is over is made
-    ready first (a caller that knows none is due spares the statement)."""
-    (claimed,) = claim_each(session=session, claims=[(execution_id, limit)], queues=queues, now=now, promote=promote)
+    ready first, in the same transaction (for a caller alone on the database: a server's claims
+    promote in a transaction of their own, promote_due)."""
+    if promote:
+        promote_eligible(session=session, now=now or utcnow(), skip_locked=not dialect_of(session).one_writer)
+    (claimed,) = claim_each(session=session, claims=[(execution_id, limit)], queues=queues, now=now)
     if isinstance(claimed, AppError):
         raise claimed
     return claimed
 
 
+def promote_due(session: Session) -> None:
+    """The time-driven rails whose wait is over, as a claim takes them first: in a transaction of
+    their own, which holds no other lock (claims.Claims._promote)."""
+    promote_eligible(session=session, now=utcnow(), skip_locked=not dialect_of(session).one_writer)
+
+
 def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], queues: Sequence[str],
-               now: datetime | None = None, promote: bool = True) -> list[Claimed | AppError]:
-    """claim() for each (execution_id, limit) of `claims` in turn, in one transaction: the
-    time-driven rails and the pools' lock once for all, then each claim as if it were made on
+               now: datetime | None = None) -> list[Claimed | AppError]:
+    """claim() for each (execution_id, limit) of `claims` in turn, in one transaction: the pools'
+    lock once for all, then each claim as if it were made on
     its own right after the one before (it sees their tenant turns and their pool slots taken).
     Answers each claim's Claimed, or its refusal (409 stale-execution), in order; one claim's
     refusal changes nothing for the others."""
     now, dialect = now or utcnow(), dialect_of(session)
-    if promote:
-        promote_eligible(session=session, now=now, skip_locked=not dialect.one_writer)
     routes = selection.lock_routes(session, queues, now)
     if len(claims) > 1:
         selection.hold_turns(session)  # each claim of one takes its tenant's turn: not in tenant order

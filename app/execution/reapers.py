@@ -32,20 +32,24 @@ from sqlmodel import Session
 from app.auth.attempt_key import AttemptKey
 from app.config import Settings
 from app.db.dialect import dialect_of
+from app.db.retries import retried
 from app.db.types import utcnow
 from app.execution.attempts import close_attempt
 from app.identity.models import Execution
 from app.orchestration import states as s
-from app.orchestration.cas import from_sources, lock_run
+from app.orchestration.cas import RUN_LOCK, from_sources, lock_run, lock_runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.outcomes import Backoff, Outcome, apply_outcome
 from app.orchestration.promotion import promote_eligible
-from app.telemetry.metrics import reaper_marks, reaper_sweep_duration, zeroed
+from app.telemetry.metrics import count_conflict, reaper_marks, reaper_sweep_duration, zeroed
 
 log = logging.getLogger("fenceline.reapers")
 SWEEP_LOCK_KEY = 0x66656E6365  # "fence"
 LEADER_LOCK_KEY = 0x7265617065  # "reape": a key of its own, so the leader's sweeps can take SWEEP_LOCK_KEY
 zeroed(reaper_marks, reason=s.REAPER_MARKS)
+# The task instance's lock while a sweep checks it: FOR NO KEY UPDATE, as its run's (cas.RUN_LOCK),
+# so a foreign-key check of a transaction that holds it already never waits on the sweep.
+TI_LOCK = RUN_LOCK
 
 
 @dataclass(frozen=True)
@@ -122,21 +126,27 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime,
         for row in session.execute(query):
             key = AttemptKey(row.id, row.try_number, row.attempt_epoch)
             found[row.id] = Candidate(key, row.state, rail.name, silent_before, row.dag_run_id)
-    # In run order, the order every path that locks several runs takes them (a batch of
-    # reports too, app/execution/batch.py): so a sweep and a batch never deadlock.
+    # In run order, the order the sweep locked their runs in (cas.lock_runs).
     return sorted(found.values(), key=lambda c: (str(c.dag_run_id), str(c.key.ti_id)))
 
 
 def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datetime) -> bool:
     """Route `candidate` as unexecutable(reason) if it is still exactly as listed (and, for
     agent-lost, still silent). The run and then the task instance are locked before the check,
-    so a report or heartbeat either lands first and saves the attempt, or waits and is stale."""
+    so a report or heartbeat either lands first and saves the attempt, or waits and is stale.
+    (A sweep locked every candidate's run already: lock_run then waits for nothing.)"""
     ti = session.get(TaskInstance, candidate.key.ti_id)
     if ti is None:
         return False
     lock_run(session, ti.dag_run_id)
-    ti = session.get(TaskInstance, candidate.key.ti_id, populate_existing=True, with_for_update=True)
-    if (ti.state, AttemptKey.of(ti)) != (candidate.state, candidate.key):
+    # Locked only while still as listed: a row that moved on (cleared, claimed again) is left
+    # to whoever holds it, never held by the sweep while it goes on to its next candidate.
+    ti = session.execute(select(TaskInstance).where(
+        TaskInstance.id == candidate.key.ti_id, TaskInstance.state == candidate.state,
+        TaskInstance.try_number == candidate.key.try_number,
+        TaskInstance.attempt_epoch == candidate.key.attempt_epoch,
+    ).with_for_update(**TI_LOCK).execution_options(populate_existing=True)).scalar_one_or_none()
+    if ti is None:
         return False
     heartbeat = ti.last_heartbeat_at
     if candidate.silent_before is not None and heartbeat is not None and heartbeat >= candidate.silent_before:
@@ -147,8 +157,6 @@ def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datet
                               within=s.REAPER_MARKS[candidate.reason])
         if moved is not None:
             close_attempt(session, candidate.key, outcome, now)
-    if moved is not None:
-        reaper_marks.labels(reason=candidate.reason).inc()
     return moved is not None
 
 
@@ -172,7 +180,11 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
     if not dialect.try_hold(session, SWEEP_LOCK_KEY):
         return None
     marked: dict[str, int] = {}
-    for candidate in find_candidates(session=session, thresholds=thresholds, now=now, counting_since=counting_since):
+    candidates = find_candidates(session=session, thresholds=thresholds, now=now, counting_since=counting_since)
+    # Every candidate's run first, in key order, before any task instance's row: a sweep never
+    # waits on a run while it holds a task instance of another (docs/decisions/0013-one-lock-order.md).
+    lock_runs(session, {c.dag_run_id for c in candidates if c.dag_run_id is not None})
+    for candidate in candidates:
         if mark(session=session, candidate=candidate, backoff=backoff, now=now):
             marked[candidate.reason] = marked.get(candidate.reason, 0) + 1
     # Promotion locks task instances without their runs, so it comes after the marks (which
@@ -180,6 +192,8 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
     promote_eligible(session=session, now=now, skip_locked=not dialect.one_writer)
     if retention is not None and (removed := retention.sweep(session=session, now=now)):
         log.info("retention removed the logs of %d runs", removed)
+    for reason, count in marked.items():  # counted once the sweep is through (not when run again)
+        reaper_marks.labels(reason=reason).inc(count)
     reaper_sweep_duration.observe(time.perf_counter() - started)
     return marked
 
@@ -210,9 +224,12 @@ class ReaperThread:
                 if not dialect_of(self.engine).one_writer and (leader := self._lead(leader)) is None:
                     continue  # another process sweeps
                 with Session(self.engine) as session:
-                    marked = sweep(session=session, thresholds=thresholds, backoff=self.backoff,
-                                   retention=self.retention, reach=self.reach)
-                    session.commit()
+                    def swept() -> dict[str, int] | None:
+                        done = sweep(session=session, thresholds=thresholds, backoff=self.backoff,
+                                     retention=self.retention, reach=self.reach)
+                        session.commit()
+                        return done
+                    marked = retried([session], swept, seen=count_conflict)
                 self._reached()
                 if marked:
                     log.info("reaper marked %s", marked)

@@ -8,6 +8,7 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from pydantic_core import to_json
+from sqlmodel import Session
 
 from app.auth.deps import AttemptDep, OperatorDep, OperatorOrAttemptDep, WorkerDep, installation
 from app.errors import forbidden
@@ -40,7 +41,7 @@ from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic
 from app.telemetry import metrics, tracing
 from app.web.deps import JsonObjectDep, SessionDep, SingleStatementDep, commit
 from app.web.problems import problems, refusals, schema_ref
-from app.web.routes import Router
+from app.web.routes import Router, retrying
 
 router = Router(tags=["execution"], responses=problems(401, 403, 422))
 STALE = refusals(StaleReport)
@@ -131,13 +132,14 @@ async def attempts_batch(request: Request, execution_id: WorkerDep, document: Js
     batch_ = batch.Batch(execution_id, installation(request).keyring, state.settings.accept_legacy_attempt_tokens,
                          backoff(request), state.log_appends)
 
-    def applied() -> list[batch.Result]:
+    def applied(session: Session) -> list[batch.Result]:
         results = batch.apply(session=session, batch=batch_, entries=entries)
         commit(session)
         return results
 
     started = tracing.now()
-    results = await anyio.to_thread.run_sync(applied, limiter=batch_turns())
+    # Run again whole after a conflict with another writer (app/web/routes.py retrying).
+    results = await anyio.to_thread.run_sync(retrying, applied, session, limiter=batch_turns())
     metrics.count_batch(entries, results)
     tracing.batch_entries(started, entries, [r.status for r in results])
     # Each result is the answer of a route whose own schema it follows.

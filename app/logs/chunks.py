@@ -37,12 +37,13 @@ _IDENTITY = ["store", "key", "start_offset"]
 @contextmanager
 def database_faults() -> Iterator[None]:
     """A database fault as the store's own: full, or unavailable (busy, no connection, lost);
-    any other database error is a bug and stays one."""
+    a conflict between writers stays one, for the request's transaction to be run again
+    (app/db/retries.py), and any other database error is a bug and stays one."""
     try:
         yield
     except (DBAPIError, PoolTimeoutError) as exc:
         fault = database_fault(exc)
-        if fault is None:
+        if fault is None or fault is DatabaseFault.CONFLICT:
             raise
         if fault is DatabaseFault.FULL:
             raise LogStoreFull(fault.detail, "database_full", in_database=True) from exc

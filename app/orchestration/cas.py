@@ -7,16 +7,19 @@ re-place, reschedule re-dispatch, requeue, the claim in execution/dispatch.py) b
 superseded attempt does can settle, heartbeat for, or outlive its replacement. `cas` also
 guards on `(id, state, try_number, attempt_epoch)` as read from the candidate: `None` means the
 row moved and the caller lost the race. Every path that settles, clears or marks a task
-instance locks the run's row first (lock_run): one lock order, so they never deadlock.
+instance locks the run's row first (lock_run, or lock_runs for several): one lock order
+(docs/decisions/0013-one-lock-order.md), so they never deadlock.
 """
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, bindparam, select, update
 from sqlmodel import Session
 
+from app.db.dialect import dialect_of
 from app.db.statements import one_of
 from app.db.types import utcnow
 from app.orchestration import states as s
@@ -73,18 +76,46 @@ def cas(session: Session, ti: TaskInstance, rail: Rail, now: datetime | None = N
     return moved
 
 
+# The run's lock is FOR NO KEY UPDATE, not FOR UPDATE: it queues every holder of it one after the
+# other just the same, but not the FOR KEY SHARE lock that PostgreSQL's foreign-key check takes
+# on the run when a transaction writes a task instance (or its history, or its attempt record)
+# a second time. With FOR UPDATE, a claim that had moved a task instance waited there on a
+# run's holder that waited on that task instance: a deadlock.
+RUN_LOCK = {"key_share": True}
+LOCK_RUN = select(RUNS.c.id).where(RUNS.c.id == bindparam("run")).with_for_update(**RUN_LOCK)
+LOCK_RUN_OF = (select(RUNS.c.id).where(RUNS.c.id == select(TI.c.dag_run_id).where(TI.c.id == bindparam("ti_id"))
+                                       .scalar_subquery()).with_for_update(**RUN_LOCK))
+# Several runs, in key order (PostgreSQL sorts before it locks): the order every path takes them.
+LOCK_RUNS = select(RUNS.c.id).where(RUNS.c.id.in_(bindparam("runs", expanding=True))).order_by(RUNS.c.id)
+LOCK_RUNS_OF = select(RUNS.c.id).where(RUNS.c.id.in_(select(TI.c.dag_run_id).where(
+    TI.c.id.in_(bindparam("ids", expanding=True))))).order_by(RUNS.c.id)
+
+
 def lock_run(session: Session, dag_run_id: uuid.UUID) -> None:
     """Lock the run's row. Every path that settles, clears or marks a task instance takes it
     before the task instance's row: one lock order, so those paths queue on the run and never
-    deadlock, also against a reaper sweep that holds a run across several marks."""
-    session.execute(select(RUNS.c.id).where(RUNS.c.id == dag_run_id).with_for_update()).scalar_one()
-
-
-LOCK_RUN_OF = (select(RUNS.c.id).where(RUNS.c.id == select(TI.c.dag_run_id).where(TI.c.id == bindparam("ti_id"))
-                                       .scalar_subquery()).with_for_update())
+    deadlock."""
+    session.execute(LOCK_RUN, {"run": dag_run_id}).scalar_one()
 
 
 def lock_run_of(session: Session, ti_id: uuid.UUID) -> bool:
     """Lock the run of task instance `ti_id` (lock_run) without reading the task instance
     first; False if there is no such task instance."""
     return session.execute(LOCK_RUN_OF, {"ti_id": ti_id}).first() is not None
+
+
+def lock_runs(session: Session, dag_run_ids: Iterable[uuid.UUID] = (), *,
+              of: Iterable[uuid.UUID] = ()) -> None:
+    """Lock the runs `dag_run_ids`, or those of the task instances `of`, in key order, before any
+    task instance's row: a path that settles or marks task instances of several runs (a batch
+    of reports, a sweep) takes them all first, so it never waits on a run while it holds a task
+    instance, nor takes two runs in another order than a path like it. (SQLite's writers take
+    turns: nothing to lock.)"""
+    dialect = dialect_of(session)
+    if dialect.one_writer:
+        return
+    runs, ids = list(dag_run_ids), list(of)
+    if runs:
+        session.execute(dialect.for_update(LOCK_RUNS, **RUN_LOCK), {"runs": runs}).all()
+    if ids:
+        session.execute(dialect.for_update(LOCK_RUNS_OF, **RUN_LOCK), {"ids": ids}).all()

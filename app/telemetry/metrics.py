@@ -115,6 +115,21 @@ reaper_marks = Counter(
     ["reason"],
 )
 
+database_conflicts = Counter(
+    "fenceline_database_conflicts",
+    "Transactions the database rolled back for a conflict between concurrent writers, by kind (deadlock, "
+    "serialization) and outcome: retried (run again, whole), or refused (it persisted: answered 503 "
+    "database-conflict, or a sweep left to its next interval).",
+    ["kind", "outcome"],
+)
+zeroed(database_conflicts, kind=("deadlock", "serialization"), outcome=("retried", "refused"))
+
+
+def count_conflict(kind: str, retried: bool) -> None:
+    """A conflict app/db/retries.py met: run again, or refused."""
+    database_conflicts.labels(kind, "retried" if retried else "refused").inc()
+
+
 # --- logs, tokens ------------------------------------------------------------------------------
 batch_entries = Counter("fenceline_batch_entries", "Entries of POST /v1/attempts/batch answered, by op and status.",
                         ["op", "status"])

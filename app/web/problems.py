@@ -261,6 +261,9 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("database %s on %s: %s", fault.name, request.url.path, getattr(exc, "orig", exc))
         if fault is DatabaseFault.FULL:
             return render(request, 507, "database-full", "Database full", fault.detail)
+        if fault is DatabaseFault.CONFLICT:
+            return render(request, 503, "database-conflict", "Concurrent writes conflicted", fault.detail,
+                          headers={"Retry-After": "1"})
         return render(request, 503, "database-unavailable", "Database unavailable", fault.detail,
                       headers={"Retry-After": "1"})
 
