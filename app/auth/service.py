@@ -5,6 +5,7 @@ import hmac
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from argon2 import PasswordHasher
@@ -95,18 +96,24 @@ def bootstrap(engine: Engine, settings: Settings) -> Installation:
         if signing_pem is None and settings.jwt_algorithm in keys.ASYMMETRIC:
             signing_pem, _ = _get_or_create(session, f"jwt_signing_key_{settings.jwt_algorithm.lower()}",
                                             lambda: keys.generate(settings.jwt_algorithm))
+        # Every generated key verifies here whatever this replica signs with: during a rollout
+        # that switches the algorithm, replicas on the old setting accept the new tokens, and a
+        # key generated for an earlier algorithm keeps its tokens valid until they expire.
+        generated_keys = session.execute(select(InstallationSecret.value).where(
+            InstallationSecret.name.in_([f"jwt_signing_key_{a.lower()}" for a in keys.ASYMMETRIC]))).scalars().all()
         session.commit()
-    return Installation(keyring(settings, active, signing_pem), operator, generated)
+    return Installation(keyring(settings, active, signing_pem, generated_keys), operator, generated)
 
 
-def keyring(settings: Settings, secret: str, signing_pem: str | None) -> KeyRing:
+def keyring(settings: Settings, secret: str, signing_pem: str | None, generated_keys: Sequence[str] = ()) -> KeyRing:
     """The HS256 keys (the active secret under jwt_kid, the accepted ones under theirs), the
-    accepted public keys and, when there is one, the asymmetric signing key, which then signs
-    (each asymmetric key under its thumbprint)."""
+    accepted public keys, the public halves of the installation's generated keys and, when there
+    is one, the asymmetric signing key, which then signs (each asymmetric key under its
+    thumbprint)."""
     ring: dict[str, keys.Key] = {kid: s.get_secret_value() for kid, s in settings.jwt_accepted_keys.items()}
     ring[settings.jwt_kid] = secret
-    for pem in settings.jwt_accepted_public_keys:
-        public = keys.load_public(pem)
+    for public in [keys.load_public(pem) for pem in settings.jwt_accepted_public_keys] + \
+            [keys.verifying(keys.load_private(pem)) for pem in generated_keys]:
         ring[keys.kid_of(public)] = public
     active = settings.jwt_kid
     if signing_pem is not None:

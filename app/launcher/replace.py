@@ -33,15 +33,16 @@ class Predecessors:
         """List them, delete each that no one is deleting yet, and answer whether any still
         runs (KubeUnreachable, KubeRefused when the API server does not list them)."""
         found = [p for p in self.kube.list(ti_selector(self.correlation)) if superseded_by(p, self.correlation)]
+        # Known before any delete, so a delete that fails still leaves them counted as running.
+        self.running = {p["metadata"]["uid"]: p["metadata"]["name"] for p in found if not pods.stopped(p)}
         for pod in found:
             meta = pod["metadata"]
             if meta["uid"] in self.asked or meta.get("deletionTimestamp"):
                 continue
-            self.asked.add(meta["uid"])
             if self.kube.delete(meta["name"], meta["uid"]):
                 self.log.info("%s: deleted Pod %s of a superseded attempt (launcher %s)", self.name, meta["name"],
                               (meta.get("labels") or {}).get("fenceline.io/launcher", "?"))
-        self.running = {p["metadata"]["uid"]: p["metadata"]["name"] for p in found if not pods.stopped(p)}
+            self.asked.add(meta["uid"])  # only once the API server answered: a failed delete is asked again
         return bool(self.running)
 
     def wait_stopped(self, wait: float, stopping: threading.Event, tend: Callable[[], None]) -> None:
@@ -55,8 +56,8 @@ class Predecessors:
             except (KubeUnreachable, KubeRefused) as exc:  # what it last saw still stands
                 if not said:  # once per wait
                     said = True
-                    self.log.warning("%s: the Pods of earlier attempts not listed (%s); trying again until "
-                                     "--replacement-wait runs out", self.name, exc)
+                    self.log.warning("%s: the Pods of earlier attempts not listed or not deleted (%s); trying "
+                                     "again until --replacement-wait runs out", self.name, exc)
             tend()
             left = deadline - time.monotonic()
             if left <= 0 or stopping.wait(min(self.interval, left)):

@@ -138,6 +138,17 @@ class TestRotation:
         dropped = make_client(jwt_signing_key=new_pem)
         assert_problem(attempt.on(dropped).heartbeat(), 401, "unauthorized")
 
+    def test_a_generated_key_verifies_on_every_replica_whatever_it_signs_with(self, make_client, signing):
+        """A rollout that switches to a generated key: a replica not yet restarted (still HS256)
+        accepts the new tokens, and so does one switched on to the other algorithm later."""
+        algorithm, _ = signing
+        operator, _, attempt = claimed(make_client(jwt_algorithm=algorithm))
+        still_hs256 = make_client()
+        assert attempt.on(still_hs256).heartbeat().status_code == 200
+        assert still_hs256.get("/v1/runs", headers=operator.headers).status_code == 200
+        other = next(a for a in ALGORITHMS if a != algorithm)
+        assert attempt.on(make_client(jwt_algorithm=other)).heartbeat().status_code == 200
+
     def test_hs256_tokens_stay_valid_after_moving_to_an_asymmetric_key(self, make_client, signing):
         _, pem = signing
         operator, _, attempt = claimed(make_client())
