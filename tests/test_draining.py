@@ -46,7 +46,9 @@ def test_a_sigtermed_replica_answers_its_waiting_claims_at_once_and_exits_0(back
                 server.process.send_signal(signal.SIGTERM)
                 done = [a.result() for a in answers]
             assert [(r.status_code, r.json()["items"]) for r, _ in done] == [(200, [])] * WAITING
-            assert max(at for _, at in done) - signalled < 2
+            # Answered by the drain, not by their 25 s wait running out (bench/upgrade.py measures
+            # how soon: 0.07 s for 200); the margin is for a loaded machine.
+            assert max(at for _, at in done) - signalled < 10
             assert server.process.wait(timeout=30) == 0
             assert "draining" in server.output
         finally:

@@ -161,5 +161,8 @@ class TestEveryRoute:
         app = create_app(app_settings(db_url))
         unchecked = {(route.path, method) for route, found in app.state.header_check.routes if found is None
                      for method in (getattr(route, "methods", None) or ()) if method in ("POST", "PUT", "PATCH")}
+        # The dashboard's forms are signed in by a cookie, not a bearer token: their bodies, like
+        # the logins', are held to the unverified limit (64 KiB) until the route checks it.
         assert unchecked == {("/auth/token", "POST"), ("/auth/token/cli", "POST"), ("/ui/login", "POST"),
-                             ("/ui/logout", "POST")}
+                             ("/ui/logout", "POST"), ("/ui/act/runs/{action}/{dag_id}/{run_id:path}", "POST"),
+                             ("/ui/act/task-instances/{ti_id}/{action}", "POST"), ("/ui/{unknown:path}", "POST")}

@@ -12,6 +12,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -41,6 +42,34 @@ def _read_secret(path: str, what: str) -> str:
     return secret
 
 
+def _device_file() -> Path:
+    """Where the device token of this user's last login is kept (decision 0012): with it, others'
+    wrong passwords for the same username do not slow this terminal's logins."""
+    return Path(os.environ.get("FENCELINE_DEVICE_FILE", "~/.config/fenceline/device")).expanduser()
+
+
+def _device_header() -> dict[str, str]:
+    try:
+        token = _device_file().read_text().strip()
+    except OSError:
+        return {}
+    return {"Fenceline-Device": token} if token else {}
+
+
+def _remember_device(token: str | None) -> None:
+    """Kept readable by its owner only; a terminal that cannot keep it still works, unrecognised."""
+    if not token:
+        return
+    path = _device_file()
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+    except OSError:
+        pass
+
+
 class Server:
     """The server the operator talks to, logged in on first use."""
 
@@ -53,7 +82,8 @@ class Server:
         self.headers: dict[str, str] | None = None
 
     def _token(self) -> str:
-        """--password-file, else --token-file, else FENCELINE_TOKEN, else FENCELINE_PASSWORD."""
+        """--token-file, else FENCELINE_TOKEN (unless --password-file), else --password-file, else
+        FENCELINE_PASSWORD."""
         args = self.args
         if args.token_file:
             return _read_secret(args.token_file, "token")
@@ -64,7 +94,9 @@ class Server:
         elif not (password := os.environ.get("FENCELINE_PASSWORD", "")):
             raise Refused("no credentials: give --password-file or --token-file, or set FENCELINE_PASSWORD or "
                           "FENCELINE_TOKEN", EXIT_USAGE)
-        answer = self._send("POST", "/auth/token", json={"username": args.username, "password": password})
+        answer = self._send("POST", "/auth/token", json={"username": args.username, "password": password},
+                            headers=_device_header())
+        _remember_device(answer.get("device_token"))
         return answer["access_token"]
 
     def _send(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -75,7 +107,11 @@ class Server:
         except httpx.HTTPError as exc:
             raise Refused(f"cannot reach the server at {self.url}: {exc}", EXIT_UNREACHABLE) from None
         if resp.is_success:
-            return resp.json()
+            try:
+                return resp.json()
+            except ValueError:
+                raise Refused(f"the server at {self.url} answered {resp.status_code} without JSON: is it fenceline?",
+                              EXIT_UNREACHABLE) from None
         try:
             problem = resp.json()
         except ValueError:

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -14,10 +16,11 @@ from tests.support.api import ADMIN_PASSWORD, Operator, Worker, task, ti_ids
 
 
 @pytest.fixture
-def cli(live_server, monkeypatch, capsys):
+def cli(live_server, monkeypatch, capsys, tmp_path):
     """`fenceline ARGS…` in this process against the live server, as the operator (password from
     the environment); answers (exit status, stdout, stderr)."""
     monkeypatch.setenv("FENCELINE_PASSWORD", ADMIN_PASSWORD)
+    monkeypatch.setenv("FENCELINE_DEVICE_FILE", str(tmp_path / "device"))
     monkeypatch.delenv("FENCELINE_TOKEN", raising=False)
 
     def run(*args: str) -> tuple[int, str, str]:
@@ -121,6 +124,35 @@ class TestRefusals:
 
 
 class TestCredentials:
+    def test_strangers_wrong_passwords_do_not_keep_out_a_terminal_that_logged_in_before(self, cli, live_server):
+        """Contract 7: the CLI keeps its login's device token and sends it with the next login."""
+        assert cli("runs", "list")[0] == 0
+        with live_server.client() as stranger:
+            refused = [stranger.post("/auth/token", json={"username": "admin", "password": "wrong"}).status_code
+                       for _ in range(8)]
+        assert 429 in refused  # the stranger is slowed
+        status, _, err = cli("runs", "list")
+        assert status == 0, err
+
+    def test_a_server_that_is_not_fenceline_is_one_line(self, cli, capsys):
+        """A page that answers 200 with HTML to everything (a proxy's, a captive portal's)."""
+        class Page(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(b"<html>hello</html>")
+
+            def log_message(self, *args):
+                pass
+
+        with ThreadingHTTPServer(("127.0.0.1", 0), Page) as page:
+            threading.Thread(target=page.serve_forever, daemon=True).start()
+            assert main(["runs", "list", "--server", f"http://127.0.0.1:{page.server_address[1]}"]) == 3
+            page.shutdown()
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "without JSON" in err, err
+
     def test_a_password_file_or_a_token(self, cli, operator, monkeypatch, tmp_path):
         operator.create_run(task("a"), dag_id="etl", run_id="r1")
         monkeypatch.delenv("FENCELINE_PASSWORD")
@@ -129,6 +161,7 @@ class TestCredentials:
         assert json_of(cli("runs", "list", "--password-file", str(secret), "--json"))["total_entries"] == 1
         token = tmp_path / "token"
         token.write_text(operator.token)
+        assert (tmp_path / "device").stat().st_mode & 0o777 == 0o600
         assert json_of(cli("runs", "list", "--token-file", str(token), "--json"))["total_entries"] == 1
         monkeypatch.setenv("FENCELINE_TOKEN", operator.token)
         assert json_of(cli("runs", "list", "--json"))["total_entries"] == 1

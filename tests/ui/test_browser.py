@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
@@ -200,6 +201,9 @@ def test_an_operator_takes_every_rail_from_the_dashboard(browser, live_server):
     """Each action, as a person does it in Chromium: the link, the confirmation saying what will
     change, the button, the result; a 409 shown on the page; a forged form refused."""
     wait = WebDriverWait(browser, 20)
+    # ChromeDriver may answer "node does not belong to the document" (not "stale") for a node of
+    # the page being left: ask again until it says stale.
+    leaving = WebDriverWait(browser, 20, ignored_exceptions=(WebDriverException,))
     with live_server.client() as api:
         operator = Operator(api)
         run = operator.create_run(task("a", retries=1, max_infra_attempts=3), task("b"), task("c", "b"),
@@ -216,7 +220,7 @@ def test_an_operator_takes_every_rail_from_the_dashboard(browser, live_server):
         pressed = browser.find_element(By.CSS_SELECTOR, "form.confirm button")
         assert pressed.text == button
         pressed.click()
-        wait.until(ec.staleness_of(pressed))
+        leaving.until(ec.staleness_of(pressed))
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "p.result")))
         return rows
 
@@ -244,7 +248,7 @@ def test_an_operator_takes_every_rail_from_the_dashboard(browser, live_server):
         Operator(api).post(f"/v1/task-instances/{ids['b']}/mark", json={"state": "failed"})
     pressed = browser.find_element(By.CSS_SELECTOR, "form.confirm button")
     pressed.click()
-    wait.until(ec.staleness_of(pressed))
+    leaving.until(ec.staleness_of(pressed))
     refusal = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".refusal"))).text
     assert refusal.startswith("Refused (409 task-instance-not-in-flight)")
     assert browser.current_url == stale
