@@ -173,7 +173,9 @@ class TestJsonLogs:
         lines = [json.loads(line) for line in server.output.splitlines() if line.strip()]
         assert all({"timestamp", "level", "logger", "message"} <= line.keys() for line in lines)
         assert any("listening on" in line["message"] for line in lines)
-        (request,) = [line for line in lines if line.get("request_id") == "req-42"]
+        # Exactly one access line; another line logged in the request's context may carry its id too.
+        (request,) = [line for line in lines
+                      if line.get("request_id") == "req-42" and line["logger"] == "fenceline.access"]
         assert request["route"] == "/v1/runs/{dag_id}/{run_id}" and request["path"] == "/v1/runs/d/r"
         assert request["status"] == 401 and request["method"] == "GET" and request["duration_ms"] > 0
         assert request["trace_id"] == TRACE

@@ -4,6 +4,7 @@ event loop before uvicorn stops accepting and gives the requests in flight the g
 (FENCELINE_DRAIN_GRACE_SECONDS, its timeout_graceful_shutdown)."""
 
 import asyncio
+import contextvars
 import logging
 import signal
 import threading
@@ -44,7 +45,9 @@ class Drain:
 
         def handle(sig: int, frame: Any) -> None:
             self.draining = True  # readiness fails before anything else happens
-            loop.call_soon_threadsafe(self.begin)
+            # In a context of its own: the signal may land while a request's context is current,
+            # and the drain's log line would carry that request's id.
+            loop.call_soon_threadsafe(self.begin, context=contextvars.Context())
             handler = previous[sig]
             if callable(handler):
                 handler(sig, frame)
