@@ -44,8 +44,10 @@ def _lock_timeout() -> None:
 
 
 def _swap(old: tuple[str, ...], new: tuple[str, ...]) -> None:
-    """Drop the unique key on `old` and make one on `new` (a table copy in SQLite's batch mode)."""
-    with op.batch_alter_table(TABLE, schema=None) as batch_op:
+    """Drop the unique key on `old` and make one on `new` (a table copy in SQLite's batch mode,
+    which reflects the history alone: task_instances, which its foreign key names, has an
+    expression index SQLite's reflection cannot read and warns about)."""
+    with op.batch_alter_table(TABLE, schema=None, reflect_kwargs={"resolve_fks": False}) as batch_op:
         batch_op.drop_constraint(_name(old), type_="unique")
         batch_op.create_unique_constraint(_name(new), list(new))
 

@@ -6,6 +6,7 @@ and the way down keeps a try's latest row."""
 import uuid
 from datetime import timedelta
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect, text
@@ -17,9 +18,10 @@ from app.fleet import replicas
 from app.main import create_app
 from app.ops.migrate import downgrade, head_revision, migrate, schema_revision, serving_refusal, upgrade
 from app.ops.startup import CONTRACT_REFUSED, StartupError
-from tests.support.api import Operator, Worker, task, ti_ids
+from tests.support.api import ADMIN_PASSWORD, Operator, Worker, task, ti_ids
 from tests.support.databases import BACKENDS, throwaway_database
 from tests.support.releases import database_env, run_release
+from tests.support.servers import Served
 from tests.support.settings import app_settings
 
 PER_TRY, PER_EPOCH = ["task_instance_id", "try_number"], ["task_instance_id", "try_number", "attempt_epoch"]
@@ -84,6 +86,13 @@ class TestTheSwap:
             assert "0013" in done.stdout and "--contract" in done.stdout
             done = run_release(None, "migrate", "--check", env=env)  # served as it is: the init container passes
             assert done.returncode == 0, done.stderr
+            server = Served(tmp_path, {**env, "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD})
+            try:  # `serve` migrates nothing more and is ready with its contract step waiting
+                server.wait_healthy()
+                assert httpx.get(f"{server.url}/health/ready").json()["checks"]["schema"] == "ok"
+            finally:
+                server.stop()
+            assert schema_revision(url) == "0012"
             done = run_release(None, "migrate", "--contract", env=env)
             assert done.returncode == 0, done.stderr
             assert schema_revision(url) == head_revision() == "0013" and history_key(url) == PER_EPOCH
