@@ -104,11 +104,13 @@ class TaskInstance(SQLModel, table=True):
 
 
 class TaskInstanceHistory(SQLModel, table=True):
-    """One row per finished try, archived once: its unique key is (task_instance_id,
-    try_number), which the archive statement's ON CONFLICT relies on."""
+    """One row per finished try, archived once (app/orchestration/outcomes.archiving). Its unique
+    key is (task_instance_id, try_number, attempt_epoch) from migration 0013 on, a contract
+    migration (it was (task_instance_id, try_number), which older releases' archive statement
+    names in its ON CONFLICT): the key of the per-epoch history rows a later release writes."""
 
     __tablename__ = "task_instance_history"
-    __table_args__ = (UniqueConstraint("task_instance_id", "try_number"),)
+    __table_args__ = (UniqueConstraint("task_instance_id", "try_number", "attempt_epoch"),)
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     task_instance_id: uuid.UUID = Field(

@@ -20,16 +20,16 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import CTE, Executable, Row, bindparam, exists, literal, select, update
+from sqlalchemy import CTE, Executable, Insert, Row, bindparam, exists, literal, select, update
 from sqlmodel import Session
 
 from app.db.dialect import Dialect, dialect_of
-from app.db.statements import insert_ignore, one_of
+from app.db.statements import one_of
 from app.db.types import UTCDateTime, utcnow
 from app.orchestration import states as s
 from app.orchestration.cas import HISTORY, NEW_EXECUTION, TI, cas, from_sources, lock_run, moved_to
 from app.orchestration.events import announce, announce_room, room_notification
-from app.orchestration.models import TaskInstance, TaskInstanceHistory
+from app.orchestration.models import TaskInstance
 from app.orchestration.readiness import ready_downstream, refresh_run, settle_run
 from app.orchestration.states import Rail
 
@@ -63,7 +63,7 @@ class Backoff:
 # What a try's archive copies of the row as it is, beside its key and the state it archives.
 ARCHIVED = ("infra_attempts", "last_failure_kind", "last_failure_reason", "execution_id", "queued_at", "started_at",
             "ended_at")
-ARCHIVE_KEY = ("task_instance_id", "try_number")  # a try is archived once
+ARCHIVE_KEY = ("task_instance_id", "try_number")  # a try is archived once: one row per try
 
 
 def archived(row: Any, archive_id: Any, state: Any) -> dict[str, Any]:
@@ -73,9 +73,29 @@ def archived(row: Any, archive_id: Any, state: Any) -> dict[str, Any]:
             "attempt_epoch": row.attempt_epoch, "state": state, **{name: getattr(row, name) for name in ARCHIVED}}
 
 
+def archiving(dialect: Dialect, archive: dict[str, Any]) -> Insert:
+    """INSERT … SELECT of `archive` (bound values, or the columns of a moved row) unless its try
+    has a row already, ON CONFLICT DO NOTHING with no conflict target: correct whichever unique
+    key the history has, (task_instance_id, try_number) before migration 0013 or
+    (task_instance_id, try_number, attempt_epoch) from it on (a release's code works before its
+    contract migrations: docs/decisions/0011). Every archive runs under its run's lock, so the
+    NOT EXISTS sees a try archived by another transaction; ON CONFLICT covers the same attempt
+    archived twice. One row per try, as before: the per-epoch rows the new key allows are a later
+    release's to write."""
+    already = exists().where(*(HISTORY.c[name] == archive[name] for name in ARCHIVE_KEY)).correlate_except(HISTORY)
+    return (dialect.insert(HISTORY).from_select(list(archive), select(*archive.values()).where(~already))
+            .on_conflict_do_nothing())
+
+
+@cache
+def _archiving_try(dialect: Dialect) -> Insert:
+    names = ("id", *ARCHIVE_KEY, "attempt_epoch", "state", *ARCHIVED)  # what archived() answers
+    return archiving(dialect, {name: bindparam(name, type_=HISTORY.c[name].type) for name in names})
+
+
 def archive_try(session: Session, ti: TaskInstance | Row, state: str) -> None:
     """Record a finished try once; a second archive of the same try does nothing."""
-    insert_ignore(session, TaskInstanceHistory, archived(ti, uuid.uuid4(), state), [*ARCHIVE_KEY])
+    session.execute(_archiving_try(dialect_of(session)), archived(ti, uuid.uuid4(), state))
 
 
 def settled(session: Session, ti: TaskInstance | None, archived_state: str | None,
@@ -182,10 +202,8 @@ def _settling_success(dialect: Dialect, alongside: Alongside | None) -> Executab
     moved = settle.cte("settled")
     archive = archived(moved.c, bindparam("archive_id", type_=HISTORY.c.id.type),
                        literal(s.SUCCESS, HISTORY.c.state.type))
-    archiving = (dialect.insert(HISTORY).from_select(list(archive), select(*archive.values()))
-                 .on_conflict_do_nothing(index_elements=ARCHIVE_KEY).cte("archived"))
     done = exists(select(alongside(moved).c.id)) if alongside is not None else literal(False)
-    return select(moved, done.label("alongside_done")).add_cte(archiving)
+    return select(moved, done.label("alongside_done")).add_cte(archiving(dialect, archive).cte("archived"))
 
 
 def settle_success(*, session: Session, ti_id: uuid.UUID, try_number: int, attempt_epoch: int,

@@ -6,7 +6,7 @@ PostgreSQL 11+), on the history first and the hot task_instances table last, eac
 lock timeout so a long transaction makes the migration fail fast rather than queue every
 writer behind it. The history's unique key stays (task_instance_id, try_number): the previous
 revision's `INSERT … ON CONFLICT (task_instance_id, try_number) DO NOTHING` archive statement
-still works.
+still works (until 0013, a contract migration, swaps the key).
 
 Revision ID: 0003
 Revises: 0002

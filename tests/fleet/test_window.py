@@ -81,10 +81,10 @@ class TestALaterReleasesSchema:
             upgrade(url, "0011")
             release = next_release(tmp_path, ("0099_contract", False), ("0100_after", True))
             done = run_release(release, "migrate", env=env)
-            assert done.returncode == 5  # the next release needs 0100, which waits behind the contract step
-            assert schema_revision(url) == head_revision()  # 0012 applied, 0099 not
-            assert "0099_contract" in done.stdout and "--contract" in one_line(done)
-            serves_a_run(url)  # this release still serves it
+            assert done.returncode == 5  # the next release needs 0100, which waits behind the contract steps
+            assert schema_revision(url) == "0012"  # 0012 applied; 0013 (this release's contract step) and on not
+            assert "0013" in done.stdout and "--contract" in one_line(done)
+            serves_a_run(url)  # this release still serves it: only its contract migration waits
             done = run_release(release, "migrate", "--contract", env=env)
             assert done.returncode == 0, done.stderr
             assert schema_revision(url) == "0100_after"

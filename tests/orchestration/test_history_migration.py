@@ -1,5 +1,6 @@
 """Revision 0003 is expand-only: a replica still running revision 0002's code keeps archiving
-tries into the upgraded schema during a rolling upgrade (its statement names no attempt_epoch)."""
+tries into the upgraded schema during a rolling upgrade (its statement names no attempt_epoch),
+up to the first contract migration, 0013, which swaps the key its ON CONFLICT names."""
 
 import uuid
 from datetime import UTC, datetime
@@ -55,10 +56,13 @@ def test_the_previous_revisions_archive_statement_works_on_the_upgraded_schema(b
                     created_at=now, updated_at=now))
                 archive(conn, ti_id, 1, "failed")
             engine.dispose()
-            upgrade(url, "head")
+            upgrade(url, "0012")  # the schema releases before 0013 serve: every migration up to it only adds
             with engine.begin() as conn:
                 archive(conn, ti_id, 2, "success")
                 archive(conn, ti_id, 2, "failed")  # a re-delivered archive of the same try does nothing
+            upgrade(url, "head")  # 0013 swaps the key: why it is a contract migration, applied after them
+            with pytest.raises(sa.exc.DBAPIError), engine.begin() as conn:
+                archive(conn, ti_id, 3, "failed")
             with engine.connect() as conn:
                 history = conn.execute(sa.text(
                     "SELECT try_number, attempt_epoch, state FROM task_instance_history ORDER BY try_number")).all()
