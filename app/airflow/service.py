@@ -160,11 +160,12 @@ def _execution_of(view: TryView) -> Any:
 def _with_hosts(session: Session, views: list[TryView]) -> list[TryView]:
     """Each try's `hostname`: the seat of the execution its latest epoch ran on, read by one
     query for them all."""
-    ids = {e for e in map(_execution_of, views) if e is not None}
+    placed = [_execution_of(view) for view in views]
+    ids = {e for e in placed if e is not None}
     seats = dict(session.execute(select(Execution.execution_id, Execution.seat)
                                  .where(Execution.execution_id.in_(ids))).tuples().all()) if ids else {}
-    for view in views:
-        view.hostname = seats.get(_execution_of(view))
+    for view, execution_id in zip(views, placed, strict=True):
+        view.hostname = seats.get(execution_id)
     return views
 
 

@@ -299,5 +299,4 @@ def _first_run(session: SessionDep, dag_id: str) -> datetime:
         raise
 
 
-# Airflow 2.10 orders tasks by any of their fields: those fenceline's tasks carry a value for.
 add_absent_routes(router, "Airflow 2.10")

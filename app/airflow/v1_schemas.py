@@ -8,7 +8,13 @@ from pydantic import BaseModel
 
 from app.airflow.listing import Task as DagTask
 from app.airflow.service import TryView
-from app.airflow.v2_schemas import BaseInfoResponse, SchedulerInfoResponse, TimeDelta, TriggererInfoResponse
+from app.airflow.v2_schemas import (
+    BaseInfoResponse,
+    SchedulerInfoResponse,
+    TimeDelta,
+    TriggererInfoResponse,
+    task_fields,
+)
 from app.orchestration.models import DagRun
 
 
@@ -226,9 +232,4 @@ def dag_detail(dag_id: str, first_run: datetime) -> DAGDetail:
 
 
 def task_model(task: DagTask) -> Task:
-    ti, timeout = task.ti, task.ti.payload.get("timeout_seconds")
-    return Task(task_id=ti.task_id, task_display_name=ti.task_id, downstream_task_ids=task.downstream,
-                is_mapped=task.is_mapped, pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue,
-                priority_weight=ti.priority_weight, retries=ti.retries,
-                retry_delay=TimeDelta.of(ti.retry_delay_seconds),
-                execution_timeout=TimeDelta.of(timeout) if timeout else None)
+    return Task(**task_fields(task))

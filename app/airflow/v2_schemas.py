@@ -63,13 +63,18 @@ class TaskCollectionResponse(BaseModel):
     total_entries: int
 
 
-def task_response(task: DagTask) -> TaskResponse:
+def task_fields(task: DagTask) -> dict[str, Any]:
+    """A task's fields as both versions' task schemas name them."""
     ti, timeout = task.ti, task.ti.payload.get("timeout_seconds")
-    return TaskResponse(task_id=ti.task_id, task_display_name=ti.task_id, downstream_task_ids=task.downstream,
-                        is_mapped=task.is_mapped, pool=ti.pool, pool_slots=ti.pool_slots, queue=ti.queue,
-                        priority_weight=ti.priority_weight, retries=ti.retries,
-                        retry_delay=TimeDelta.of(ti.retry_delay_seconds),
-                        execution_timeout=TimeDelta.of(timeout) if timeout else None)
+    return {"task_id": ti.task_id, "task_display_name": ti.task_id, "downstream_task_ids": task.downstream,
+            "is_mapped": task.is_mapped, "pool": ti.pool, "pool_slots": ti.pool_slots, "queue": ti.queue,
+            "priority_weight": ti.priority_weight, "retries": ti.retries,
+            "retry_delay": TimeDelta.of(ti.retry_delay_seconds),
+            "execution_timeout": TimeDelta.of(timeout) if timeout else None}
+
+
+def task_response(task: DagTask) -> TaskResponse:
+    return TaskResponse(**task_fields(task))
 
 
 class DagTagResponse(BaseModel):

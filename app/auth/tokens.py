@@ -30,7 +30,6 @@ from app.auth.attempt_key import AttemptKey
 from app.auth.keys import Key, algorithm_of, public_jwk, verifying
 from app.telemetry.metrics import tokens_without_audience, zeroed
 
-ALGORITHM = "HS256"  # an HMAC secret's; an asymmetric key's is its own (algorithm_of)
 ISSUER = "fenceline"
 LEEWAY_SECONDS = 30  # clock skew between replicas and agents, for exp, nbf and iat
 OPERATOR_SCOPE, LAUNCHER_SCOPE, WORKER_SCOPE, METRICS_SCOPE = "operator", "launcher", "worker", "metrics"

@@ -121,17 +121,17 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
     ready first, in the same transaction (for a caller alone on the database: a server's claims
     promote in a transaction of their own, promote_due)."""
     if promote:
-        promote_eligible(session=session, now=now or utcnow(), skip_locked=not dialect_of(session).one_writer)
+        promote_due(session, now)
     (claimed,) = claim_each(session=session, claims=[(execution_id, limit)], queues=queues, now=now)
     if isinstance(claimed, AppError):
         raise claimed
     return claimed
 
 
-def promote_due(session: Session) -> None:
+def promote_due(session: Session, now: datetime | None = None) -> None:
     """The time-driven rails whose wait is over, as a claim takes them first: in a transaction of
     their own, which holds no other lock (claims.Claims._promote)."""
-    promote_eligible(session=session, now=utcnow(), skip_locked=not dialect_of(session).one_writer)
+    promote_eligible(session=session, now=now or utcnow(), skip_locked=not dialect_of(session).one_writer)
 
 
 def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], queues: Sequence[str],

@@ -55,6 +55,13 @@ def moved() -> AppError:
                     "The task instance changed while the request ran; read it and retry.")
 
 
+def require_moved(ti: TaskInstance | None) -> TaskInstance:
+    """What a rail moved; 409 task-instance-moved when the row moved first (the rail's None)."""
+    if ti is None:
+        raise moved()
+    return ti
+
+
 def cancel(*, session: Session, run: DagRun) -> None:
     """Cancel the run: every in-flight task instance ends failed (its attempt's record
     `cancelled`, the worker told to terminate at its next call), every one not started ends

@@ -37,7 +37,7 @@ from app.db.types import utcnow
 from app.execution.attempts import close_attempt
 from app.identity.models import Execution
 from app.orchestration import states as s
-from app.orchestration.cas import RUN_LOCK, from_sources, lock_run, lock_runs
+from app.orchestration.cas import RUN_LOCK, from_sources, lock_runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.outcomes import Backoff, Outcome, apply_outcome
 from app.orchestration.promotion import promote_eligible
@@ -47,9 +47,6 @@ log = logging.getLogger("fenceline.reapers")
 SWEEP_LOCK_KEY = 0x66656E6365  # "fence"
 LEADER_LOCK_KEY = 0x7265617065  # "reape": a key of its own, so the leader's sweeps can take SWEEP_LOCK_KEY
 zeroed(reaper_marks, reason=s.REAPER_MARKS)
-# The task instance's lock while a sweep checks it: FOR NO KEY UPDATE, as its run's (cas.RUN_LOCK),
-# so a foreign-key check of a transaction that holds it already never waits on the sweep.
-TI_LOCK = RUN_LOCK
 
 
 @dataclass(frozen=True)
@@ -132,20 +129,18 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime,
 
 def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datetime) -> bool:
     """Route `candidate` as unexecutable(reason) if it is still exactly as listed (and, for
-    agent-lost, still silent). The run and then the task instance are locked before the check,
-    so a report or heartbeat either lands first and saves the attempt, or waits and is stale.
-    (A sweep locked every candidate's run already: lock_run then waits for nothing.)"""
-    ti = session.get(TaskInstance, candidate.key.ti_id)
-    if ti is None:
-        return False
-    lock_run(session, ti.dag_run_id)
+    agent-lost, still silent). The sweep locked the candidate's run, and the task instance is
+    locked here before the check, so a report or heartbeat either lands first and saves the
+    attempt, or waits and is stale."""
     # Locked only while still as listed: a row that moved on (cleared, claimed again) is left
     # to whoever holds it, never held by the sweep while it goes on to its next candidate.
     ti = session.execute(select(TaskInstance).where(
         TaskInstance.id == candidate.key.ti_id, TaskInstance.state == candidate.state,
         TaskInstance.try_number == candidate.key.try_number,
         TaskInstance.attempt_epoch == candidate.key.attempt_epoch,
-    ).with_for_update(**TI_LOCK).execution_options(populate_existing=True)).scalar_one_or_none()
+    # FOR NO KEY UPDATE, as the run's lock: a foreign-key check of a transaction that holds the
+    # row already never waits on the sweep.
+    ).with_for_update(**RUN_LOCK).execution_options(populate_existing=True)).scalar_one_or_none()
     if ti is None:
         return False
     heartbeat = ti.last_heartbeat_at

@@ -35,7 +35,6 @@ from app.execution.schemas import (
     WorkItems,
 )
 from app.orchestration import runs
-from app.orchestration.models import TaskInstance
 from app.orchestration.outcomes import Backoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
 from app.telemetry import metrics, tracing
@@ -216,12 +215,6 @@ rails_router = Router(prefix="/v1", tags=["orchestration"], responses=problems(4
 RAIL_REFUSALS = {**problems(404), **refusals(RailRefusal)}
 
 
-def _moved(ti: TaskInstance | None) -> TaskInstance:
-    if ti is None:
-        raise operator.moved()
-    return ti
-
-
 @rails_router.post("/runs/{dag_id}/{run_id}/clear-failed", responses=problems(404))
 def clear_failed(dag_id: str, run_id: str, session: SessionDep, _: OperatorDep) -> RunPublic:
     """Clear every failed, infra_failed, upstream_failed and skipped task instance of the run
@@ -245,14 +238,14 @@ def cancel_run(dag_id: str, run_id: str, session: SessionDep, _: OperatorDep) ->
 def clear_task_instance(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
     """Start a new try (any in-flight attempt is fenced off and told to terminate)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
-    return ti_public(_moved(operator.clear(session=session, ti=ti)))
+    return ti_public(operator.require_moved(operator.clear(session=session, ti=ti)))
 
 
 @rails_router.post("/task-instances/{ti_id}/mark", responses=RAIL_REFUSALS)
 def mark_task_instance(ti_id: uuid.UUID, body: MarkRequest, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
     """Mark success or failed (any in-flight attempt is fenced off and told to terminate)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
-    return ti_public(_moved(operator.mark(session=session, ti=ti, state=body.state)))
+    return ti_public(operator.require_moved(operator.mark(session=session, ti=ti, state=body.state)))
 
 
 @rails_router.post("/task-instances/{ti_id}/replace", responses=RAIL_REFUSALS)

@@ -54,14 +54,18 @@ def attempt_labels(correlation: dict[str, Any], fields: Iterable[str] = LABELS) 
             if correlation.get(LABELS[label]) is not None}
 
 
+def _selector(correlation: dict[str, Any], fields: Any) -> str:
+    return ",".join(f"{k}={v}" for k, v in attempt_labels(correlation, fields).items())
+
+
 def try_selector(correlation: dict[str, Any]) -> str:
     """The server-side selector of every Pod of the attempt's try, whatever its epoch."""
-    return ",".join(f"{k}={v}" for k, v in attempt_labels(correlation, TRY_SELECTOR).items())
+    return _selector(correlation, TRY_SELECTOR)
 
 
 def ti_selector(correlation: dict[str, Any]) -> str:
     """The server-side selector of every Pod of the attempt's task instance."""
-    return ",".join(f"{k}={v}" for k, v in attempt_labels(correlation, TI_SELECTOR).items())
+    return _selector(correlation, TI_SELECTOR)
 
 
 def epoch_of(pod: dict[str, Any]) -> int:

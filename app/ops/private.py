@@ -22,7 +22,7 @@ from app.db.dialect import dialect_for_url
 PRIVATE_FILE, PRIVATE_DIRECTORY = 0o600, 0o700
 OTHERS = 0o077  # the group's and others' bits
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
-PASSWORD_FILE = "operator-password"  # in the data directory (app/ops/startup.py hand_over_password)
+PASSWORD_FILE = "operator-password"  # in the data directory, where hand_over_password writes it (startup.py)
 
 
 def sqlite_file(settings: Settings) -> Path | None:

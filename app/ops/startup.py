@@ -23,6 +23,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from app.config import Settings
 from app.db.dialect import dialect_for_url
+from app.ops.private import PASSWORD_FILE
 
 BAD_SETTING, PORT_IN_USE, DATABASE_UNREACHABLE, SCHEMA_NOT_AT_HEAD, UNWRITABLE_DIRECTORY = 2, 3, 4, 5, 6
 WORKERS_REFUSED = 7  # --workers on SQLite, or past the database's connection budget
@@ -172,7 +173,7 @@ def hand_over_password(password: str, settings: Settings, say, *, terminal: bool
     if terminal and settings.log_format == "plain":
         say(f"generated operator credentials (shown once): {who} password {password!r}")
         return
-    path = settings.data_dir / "operator-password"
+    path = settings.data_dir / PASSWORD_FILE
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -82,11 +82,10 @@ def apply_ti(*, session: Session, action: TaskAction, ti_id: uuid.UUID) -> None:
         operator.replace(session=session, ti=ti)
         return
     if action == "clear":
-        moved = operator.clear(session=session, ti=ti)
+        operator.require_moved(operator.clear(session=session, ti=ti))
     else:
-        moved = operator.mark(session=session, ti=ti, state=s.SUCCESS if action == "mark-success" else s.FAILED)
-    if moved is None:
-        raise operator.moved()
+        operator.require_moved(operator.mark(session=session, ti=ti,
+                                             state=s.SUCCESS if action == "mark-success" else s.FAILED))
 
 
 def refusal(exc: AppError) -> str:
