@@ -244,7 +244,7 @@ def test_the_claim_route_translates_http_and_the_claim_lives_in_execution():
     (claim,) = [node for node in router.body if isinstance(node, ast.AsyncFunctionDef) and node.name == "claim"]
     body = claim.body[1:] if isinstance(claim.body[0], ast.Expr) else claim.body  # past the docstring
     assert body[-1].end_lineno - body[0].lineno + 1 <= 20
-    homes = {m for m in MODULES if "def claim_now(" in source(m)}
+    homes = {m for m in MODULES if "def claim_turn(" in source(m)}
     assert homes == {"app.execution.claims"}
 
 

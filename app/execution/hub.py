@@ -1,19 +1,18 @@
 """The process's hub of waiting claims (contract 2.2; docs/decisions/0006-waiting-claims.md).
 
 It hears the events of app/orchestration/events.py (SQLite: after this process's commits;
-PostgreSQL: from app/execution/listener.py) and wakes the claims waiting for them. What a claim
-does between its waits is app/execution/claims.py's.
+PostgreSQL: from app/execution/listener.py) and wakes the claims waiting for them. A claim's
+passes and its waits between them are app/execution/claims.py's (wait_for_work).
 """
 
 import asyncio
 import logging
-import math
 import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 from sqlalchemy import Engine
@@ -23,25 +22,20 @@ from app.execution import listener
 from app.orchestration.events import Ready, listen_locally, unlisten
 
 log = logging.getLogger("fenceline.wakeups")
-T = TypeVar("T")
 
-# A claim takes the time-driven rails (promotion) when something may have come due, and at
-# least this often whatever it heard (rows a promotion skipped because another transaction held
-# them, and time-driven work whose timer this process could not set, stay claimable): the same
-# bound as QUIET_FOR_SECONDS puts on a missed event. On an idle fleet each such promotion is a
-# claim transaction of its own, in every process (docs/performance.md, seventh round).
+# A claim takes the time-driven rails (promotion) when something may have come due, and at least
+# this often whatever it heard, so that rows a promotion skipped and timers this process could not
+# set stay claimable within the bound EMPTY_LOOK_TRUSTED_SECONDS puts on a missed event. Not more
+# often: on an idle fleet each promotion is a claim transaction of its own, in every process.
 PROMOTION_EVERY_SECONDS = 5.0
 ANY_QUEUE: frozenset[str] = frozenset()  # a waiter serving every queue: woken by any work
-BUSY_QUEUE_SETS = 256  # the queue sets Hub.busy and Hub.quiet remember (forgotten all at once beyond)
-# How long a look that found nothing spares the next ones (Hub.quiet) at most, whatever was heard:
-# the bound on work whose event this process missed (a timer it could not set, a listener whose
-# connection died without a word), beside the promotion's.
-QUIET_FOR_SECONDS = 5.0
-HEARD_QUEUES = 4096  # the queues whose last event Hub.quiet remembers (beyond: as if every queue was named)
-STANDING_EXECUTIONS = 100_000  # the executions Hub.quiet remembers as current (forgotten all at once beyond)
-# A wait at least this long ends on a whole second of the monotonic clock, which every process
-# of the machine shares, up to a second before it was asked to end (wait_ends).
-ALIGNED_FROM_SECONDS = 10.0
+REMEMBERED_QUEUE_SETS = 256  # the queue sets last_claim_full and may_skip_look remember (all forgotten beyond)
+# How long a look that found nothing spares the next ones at most, whatever was heard: the bound on
+# work whose event this process missed (a timer it could not set, a listener whose connection died
+# without a word).
+EMPTY_LOOK_TRUSTED_SECONDS = 5.0
+HEARD_QUEUES = 4096  # the queues whose last event may_skip_look remembers (beyond: as if every queue was named)
+STANDING_EXECUTIONS = 100_000  # the executions may_skip_look remembers as current (all forgotten beyond)
 
 
 @dataclass(eq=False)
@@ -68,7 +62,7 @@ class Hub:
     - `stale` wakes the named execution's waiters, and makes every execution look again;
     - a time still to come sets the timer; when it fires, one waiter is woken;
     - a full claim passes its wake on at the end of its turn, while announced work is left;
-    - a look that found nothing spares the next ones while nothing new was heard (quiet);
+    - a look that found nothing spares the next ones while nothing new was heard (may_skip_look);
     - a wait answers True when woken, False when it ran out; a cancelled one takes no wake.
 
     `next_due()` (blocking; run in a thread) answers the earliest `next_eligible_at` still to
@@ -83,16 +77,16 @@ class Hub:
         self._promoted_at = 0.0
         self._waiters: deque[Waiter] = deque()
         self._pending = 0  # task instances announced and, as far as this process knows, not taken
-        # The full claims of this turn and the announced work left after the last, by queues (took).
-        self._passing: dict[frozenset[str] | None, tuple[int, int]] = {}
-        self._busy: set[frozenset[str]] = set()  # queue sets whose last claim came back full (busy)
-        # For quiet(): whether every event reaches this hub now (PostgreSQL: while listening),
+        # The full claims of this turn and the announced work left after the last, by queues (record_claim).
+        self._wakes_to_pass: dict[frozenset[str] | None, tuple[int, int]] = {}
+        self._full: set[frozenset[str]] = set()  # queue sets whose last claim came back full
+        # For may_skip_look(): whether every event reaches this hub now (PostgreSQL: while listening),
         # the generation of the last event naming each queue, naming none, and of the last stale
         # execution; the generation before the last look that found each queue set empty, and
         # before the last look that found each execution current.
         self._hearing = False
         self._heard: dict[str, int] = {}
-        self._heard_all = self._heard_stale = 0
+        self._heard_every_queue = self._heard_stale = 0
         self._empty: dict[frozenset[str], tuple[int, float]] = {}  # and when (monotonic)
         self._current: dict[uuid.UUID, int] = {}
         self._next_at: float | None = None
@@ -177,11 +171,11 @@ class Hub:
         if ready.queue is not None:
             if len(self._heard) >= HEARD_QUEUES:
                 self._heard.clear()
-                self._heard_all = self.generation
+                self._heard_every_queue = self.generation
             self._heard[ready.queue] = self.generation
             self.wake(count, frozenset((ready.queue,)))
             return
-        self._heard_all = self.generation
+        self._heard_every_queue = self.generation
         per_queues: Counter[frozenset[str]] = Counter()
 
         def first_of_its_queues(waiter: Waiter) -> bool:
@@ -232,60 +226,61 @@ class Hub:
         """The promoting claim did not commit: the next claim is told to promote again."""
         self.promotion_due = True
 
-    def took(self, claimed: int, full: bool, queues: frozenset[str] | None = None) -> None:
+    def record_claim(self, claimed: int, full: bool, queues: frozenset[str] | None = None) -> None:
         """A claim on `queues` came back with `claimed` items, `full` if it took all it asked
-        for. A full claim marks its queues busy and, once the claims of this turn of the loop
-        have all said what they took, passes a wake on if announced work is left (_pass_on)."""
+        for. A full claim marks its queues full (last_claim_full) and, once the claims of this
+        turn of the loop have all said what they took, passes a wake on if announced work is left
+        (_pass_wakes_on)."""
         self._pending = max(0, self._pending - claimed) if full else 0
         served = queues if queues is not None else ANY_QUEUE
         if full:
-            if len(self._busy) >= BUSY_QUEUE_SETS:
-                self._busy.clear()
-            self._busy.add(served)
+            if len(self._full) >= REMEMBERED_QUEUE_SETS:
+                self._full.clear()
+            self._full.add(served)
         else:
-            self._busy.discard(served)
+            self._full.discard(served)
         if full and self._pending:
-            if not self._passing:
+            if not self._wakes_to_pass:
                 assert self._loop is not None
-                self._loop.call_soon(self._pass_on)
-            claims, _ = self._passing.get(queues, (0, 0))
-            self._passing[queues] = (claims + 1, self._pending)
+                self._loop.call_soon(self._pass_wakes_on)
+            claims, _ = self._wakes_to_pass.get(queues, (0, 0))
+            self._wakes_to_pass[queues] = (claims + 1, self._pending)
         else:  # nothing announced is left for the next waiter on these queues
-            self._passing.pop(queues, None)
+            self._wakes_to_pass.pop(queues, None)
 
-    def _pass_on(self) -> None:
+    def _pass_wakes_on(self) -> None:
         """One wake per full claim of this turn on its queues, up to the announced work the
         last claim on those queues left."""
-        passing, self._passing = self._passing, {}
+        passing, self._wakes_to_pass = self._wakes_to_pass, {}
         for queues, (claims, left) in passing.items():
             self.wake(min(claims, left), queues)
 
-    def quiet(self, claimer: uuid.UUID, queues: Iterable[str]) -> bool:
+    def may_skip_look(self, claimer: uuid.UUID, queues: Iterable[str]) -> bool:
         """Whether a waiting claim for `claimer` on exactly these queues may skip its look: a
         look found nothing and the execution current (looked_empty) less than
-        QUIET_FOR_SECONDS ago, the hub has heard every event since, and none named these
+        EMPTY_LOOK_TRUSTED_SECONDS ago, the hub has heard every event since, and none named these
         queues, no queue, or a stale execution. Never for a claim that does not wait."""
         served = frozenset(queues)
         looked, current = self._empty.get(served), self._current.get(claimer)
         if not (self._hearing and served and looked is not None and current is not None):
             return False
         empty, at = looked
-        return (time.monotonic() - at < QUIET_FOR_SECONDS and empty >= self._heard_all
+        return (time.monotonic() - at < EMPTY_LOOK_TRUSTED_SECONDS and empty >= self._heard_every_queue
                 and current >= self._heard_stale and all(self._heard.get(queue, 0) <= empty for queue in served))
 
     def looked_empty(self, claimer: uuid.UUID, queues: Iterable[str], seen: int) -> None:
         """A look begun at generation `seen` found `claimer` current and nothing ready on
-        `queues`. Safe from a claim thread: it only records; quiet() weighs it."""
-        for marks, limit in ((self._empty, BUSY_QUEUE_SETS), (self._current, STANDING_EXECUTIONS)):
+        `queues`. Safe from a claim thread: it only records, and may_skip_look weighs it."""
+        for marks, limit in ((self._empty, REMEMBERED_QUEUE_SETS), (self._current, STANDING_EXECUTIONS)):
             if len(marks) >= limit:
                 marks.clear()
         self._empty[frozenset(queues)] = (seen, time.monotonic())
         self._current[claimer] = seen
 
-    def busy(self, queues: Iterable[str]) -> bool:
+    def last_claim_full(self, queues: Iterable[str]) -> bool:
         """Whether the last claim on exactly these queues came back full: the next one claims
         without looking first (dispatch.work_ready)."""
-        return frozenset(queues) in self._busy
+        return frozenset(queues) in self._full
 
     # waiting -------------------------------------------------------------------------------
 
@@ -346,50 +341,3 @@ class Hub:
         if at is not None:
             self._wake_at(at)
 
-
-def wait_ends(now: float, seconds: float) -> float:
-    """When a wait of `seconds` begun at `now` (the loop's monotonic clock) ends: a long one
-    (ALIGNED_FROM_SECONDS or more) on the whole second before, so that an idle fleet's waits
-    ending in the same second cost each process one wake-up (docs/performance.md, eighth round)."""
-    end = now + seconds
-    return math.floor(end) if seconds >= ALIGNED_FROM_SECONDS else end
-
-
-async def wait_for_work(hub: Hub, attempt: Callable[[], Awaitable[tuple[list[T], bool]]], *, limit: int,
-                        seconds: float, gone: Callable[[], Awaitable[bool]],
-                        queues: Iterable[str] | None = None, claimer: uuid.UUID | None = None
-                        ) -> tuple[list[T], float]:
-    """`attempt()` (one claim of up to `limit` on `queues` for `claimer`: its items, and whether
-    ready work was held back by a pool or a cap) until it answers something or the wait ends
-    (wait_ends), waiting on `hub` in between; answers the items and the seconds spent waiting.
-
-    - Nothing is claimed once `gone()` (the client left); a woken waiter that does not claim
-      passes its wake on.
-    - `gone()` is asked before a claim that does not wait and after each wait (before a
-      waiting claim's first attempt, claims.claim_now checks every client it hands items to).
-    - An event heard during an attempt makes it look again before waiting."""
-    served = frozenset(queues) if queues is not None else None
-    loop = asyncio.get_running_loop()
-    deadline = wait_ends(loop.time(), seconds)
-    woken, waited = False, 0.0
-    while True:
-        if (woken or seconds <= 0) and await gone():
-            if woken:
-                hub.wake(1, served)
-            return [], waited
-        seen = hub.generation
-        try:
-            items, blocked = await attempt()
-        except BaseException:
-            if woken:
-                hub.wake(1, served)
-            raise
-        hub.took(len(items), len(items) >= limit, served)
-        began = loop.time()
-        remaining = deadline - began
-        if items or remaining <= 0:
-            return items, waited
-        woken = hub.generation != seen or await hub.wait(remaining, served, blocked, claimer)
-        waited += loop.time() - began
-        if not woken:
-            return [], waited

@@ -53,9 +53,9 @@ async def _hear(conn: psycopg.AsyncConnection[Any]) -> None:
     (psycopg's error).
 
     Read when its socket is readable, not through psycopg's `notifies()`, which wakes ten
-    times a second in every process to find nothing (docs/performance.md, eighth round).
-    Nothing else uses the connection once it listens. The socket is watched only while
-    waiting, as psycopg does: libpq closes it when it finds the connection lost."""
+    times a second in every process to find nothing. Nothing else uses the connection once it
+    listens. The socket is watched only while waiting, as psycopg does: libpq closes it when
+    it finds the connection lost."""
     loop, pgconn, fd = asyncio.get_running_loop(), conn.pgconn, conn.fileno()
     handle = pgconn.notify_handler  # psycopg's: decodes, then calls the connection's handlers
     assert handle is not None

@@ -90,10 +90,8 @@ def heartbeat(session: SingleStatementDep, token: AttemptDep) -> AttemptStatus:
 schema_ref(BatchEntry)  # what an entry of a batch holds, among the document's schemas
 
 
-# A batch is tens of milliseconds of CPU: a few run at once per process, the others wait their
-# turn, holding neither a thread nor a connection. (Forty at once once cost three times the CPU
-# per entry of eight: not the GIL, as thought, but 20,000 tokens through a cache of 8,192, every
-# one verified again. Since, forty back to back cost what four do: 47 against 51 µs a heartbeat.)
+# A batch is tens of milliseconds of CPU: a few run at once per process, and the others wait their
+# turn holding neither a thread nor a connection, which bounds both.
 BATCHES_AT_ONCE = 4
 _batch_turns: list[anyio.CapacityLimiter] = []
 
@@ -115,13 +113,15 @@ BATCH_BODY = {"requestBody": {"required": True, "content": {"application/json": 
              responses=problems(413))  # 413: more than 500 entries, nothing applied
 async def attempts_batch(request: Request, execution_id: WorkerDep, document: JsonObjectDep,
                          session: SessionDep) -> Response:
-    """Many attempts' writes in one request (contract 2.11), the bearer being the worker token
-    of the execution they are bound to: up to 500 entries, each a `heartbeat`, a `report` or a
-    `log` append carrying its attempt's own token and the fields of its single request's body
-    (BatchEntry). Each is answered exactly as its single request would be (`status`, `body`:
-    an AttemptStatus, `{size}` or a problem with its `should_terminate`), in order; an entry
-    whose token is of another execution gets 403; one entry's refusal changes nothing for
-    another; a batch sent again after a lost answer changes nothing twice."""
+    """Many attempts' writes in one request (contract 2.11), under the worker token of the
+    execution they are bound to.
+
+    Up to 500 entries, each a `heartbeat`, a `report` or a `log` append with its attempt's own
+    token and its single request's body (BatchEntry). Each entry is answered, in order, exactly
+    as its single request would be (`status`, and as `body` an AttemptStatus, `{size}` or a
+    problem with its `should_terminate`), and an entry whose token is of another execution gets
+    403. One entry's refusal changes nothing for another, and a batch sent again after a lost
+    answer changes nothing twice."""
     try:
         entries = BatchRequest.model_validate(document).entries
     except ValidationError as exc:

@@ -20,8 +20,9 @@ import pytest
 from sqlalchemy import create_engine, event, update
 
 from app.db.types import utcnow
+from app.execution import claims as claiming
 from app.execution import hub as hubs
-from app.execution.claims import Batches
+from app.execution.claims import ClaimTurns
 from app.execution.hub import Hub
 from app.main import create_app
 from app.orchestration.events import CHANNEL, Ready
@@ -182,7 +183,7 @@ class TestFairness:
     @pytest.mark.usefixtures("no_promotion_net")
     def test_waiters_woken_by_one_event_claim_together_in_one_transaction(self, live_server, operator):
         """Each of the four waiters gets one of the run's four tasks, and the four claims are
-        one transaction's (Batches.together): the pools are locked once, not once per waiter; and
+        one transaction's (ClaimTurns.join): the pools are locked once, not once per waiter; and
         once one waiter's look found the work, the others do not look."""
         waiting = waiting_claims(live_server, [Worker(operator, f"worker-{n}") for n in range(4)])
         with claim_transactions(live_server) as ended:
@@ -207,11 +208,11 @@ class TestFairness:
 
 
 def test_asks_made_together_run_once_and_each_is_answered_however_the_run_ends():
-    """Batches.together: the asks of one turn of the event loop run once, answered in order; a run
-    that fails answers every ask with its error; an ask given up before its run starts is left
+    """ClaimTurns.join: the claims of one turn of the event loop run once, answered in order; a run
+    that fails answers every claim with its error; a claim given up before its run starts is left
     out of it."""
     async def scenario() -> None:
-        together = Batches(threads=2)
+        turns = ClaimTurns(threads=2)
         runs: list[list[int]] = []
 
         def run(asks: list[int]) -> list[int]:
@@ -220,12 +221,12 @@ def test_asks_made_together_run_once_and_each_is_answered_however_the_run_ends()
 
         def fail(asks: list[int]) -> list[int]:
             raise RuntimeError("the database is away")
-        assert await asyncio.gather(*(together.together("q", run, n) for n in range(3))) == [0, 10, 20]
+        assert await asyncio.gather(*(turns.join("q", run, n) for n in range(3))) == [0, 10, 20]
         assert runs == [[0, 1, 2]]
-        failed = await asyncio.gather(*(together.together("q", fail, n) for n in range(2)), return_exceptions=True)
+        failed = await asyncio.gather(*(turns.join("q", fail, n) for n in range(2)), return_exceptions=True)
         assert [repr(error) for error in failed] == [repr(RuntimeError("the database is away"))] * 2
-        given_up = asyncio.ensure_future(together.together("q", run, 1))
-        kept = asyncio.ensure_future(together.together("q", run, 2))
+        given_up = asyncio.ensure_future(turns.join("q", run, 1))
+        kept = asyncio.ensure_future(turns.join("q", run, 2))
         await asyncio.sleep(0)  # both have asked; their run has not started
         given_up.cancel()
         assert await kept == 20
@@ -261,7 +262,7 @@ def test_a_wait_ends_woken_timed_out_or_cancelled_and_a_wake_reaches_only_a_live
 
 
 def test_claims_made_together_pass_a_wake_on_only_for_announced_work_they_left():
-    """Hub.took: claims woken by one event that took, between them, all it announced wake no
+    """Hub.record_claim: claims woken by one event that took, between them, all it announced wake no
     other waiter (it would find nothing); when announced work is left, a full claim passes its
     wake on, once its turn of the event loop is over."""
     async def scenario() -> None:
@@ -269,13 +270,13 @@ def test_claims_made_together_pass_a_wake_on_only_for_announced_work_they_left()
         await hub.start()
         queues = frozenset({"q"})
         try:
-            hub.took(0, False, queues)  # what the start's resynchronisation announced was looked for
+            hub.record_claim(0, False, queues)  # what the start's resynchronisation announced was looked for
             waits = [asyncio.ensure_future(hub.wait(5, queues)) for _ in range(3)]
             await asyncio.sleep(0)
             hub.deliver(Ready(count=2, queue="q"))
             assert hub.waiting == 1  # the two oldest are woken
             for _ in range(2):  # their claims, made together, each took the one it asked for
-                hub.took(1, True, queues)
+                hub.record_claim(1, True, queues)
             await asyncio.sleep(0.01)
             assert hub.waiting == 1 and not waits[2].done()
 
@@ -286,8 +287,8 @@ def test_claims_made_together_pass_a_wake_on_only_for_announced_work_they_left()
             later = asyncio.ensure_future(hub.wait(5, queues))
             await asyncio.sleep(0)
             for _ in range(2):
-                hub.took(1, True, queues)
-            hub.took(0, False, frozenset({"r"}))  # in the same turn, a claim on other queues finds nothing
+                hub.record_claim(1, True, queues)
+            hub.record_claim(0, False, frozenset({"r"}))  # in the same turn, a claim on other queues finds nothing
             assert hub.waiting == 1  # passed on once the turn is over, not by each claim
             await asyncio.sleep(0.01)
             assert hub.waiting == 0 and later.done() and second.done()  # one task is left: the next waiter looks
@@ -297,10 +298,10 @@ def test_claims_made_together_pass_a_wake_on_only_for_announced_work_they_left()
 
 
 def test_long_waits_that_end_in_the_same_second_end_together_and_never_late(monkeypatch):
-    """An idle fleet's waits run out together (hubs.wait_ends): two long waits begun 0.2 s
+    """An idle fleet's waits run out together (claims.wait_ends): two long waits begun 0.2 s
     apart, whose ends fall in the same second, answer in the same turn of the event loop, on that
     second, neither after its time nor more than a second before it. A short wait keeps its time."""
-    monkeypatch.setattr(hubs, "ALIGNED_FROM_SECONDS", 1.0)  # as a 10-30 s wait, in a test's time
+    monkeypatch.setattr(claiming, "ALIGNED_FROM_SECONDS", 1.0)  # as a 10-30 s wait, in a test's time
 
     async def nothing() -> tuple[list[int], bool]:
         return [], False
@@ -316,7 +317,7 @@ def test_long_waits_that_end_in_the_same_second_end_together_and_never_late(monk
 
         async def wait(seconds: float) -> None:
             asked = loop.time() + seconds
-            items, waited = await hubs.wait_for_work(hub, nothing, limit=1, seconds=seconds, gone=still_there)
+            items, waited = await claiming.wait_for_work(hub, nothing, limit=1, seconds=seconds, gone=still_there)
             assert items == [] and waited == pytest.approx(loop.time() - (asked - seconds), abs=0.01)  # all waiting
             ended.append((asked, loop.time()))
         try:
@@ -329,7 +330,7 @@ def test_long_waits_that_end_in_the_same_second_end_together_and_never_late(monk
             for asked, end in ended:
                 assert math.floor(asked) <= end < min(asked, math.floor(asked) + 0.2)  # on the second before
             asked = loop.time() + 0.5
-            await hubs.wait_for_work(hub, nothing, limit=1, seconds=0.5, gone=still_there)
+            await claiming.wait_for_work(hub, nothing, limit=1, seconds=0.5, gone=still_there)
             assert loop.time() >= asked - 0.005  # below ALIGNED_FROM_SECONDS: its own time
         finally:
             await hub.stop()
@@ -404,7 +405,7 @@ def no_promotion_net(monkeypatch):
 @pytest.mark.usefixtures("no_promotion_net")
 class TestWhatWasHeard:
     """A waiting claim whose last look found nothing may spare its next look while nothing was
-    heard since (app/execution/hub.py, Hub.quiet). Whatever was heard meanwhile makes it look again."""
+    heard since (app/execution/hub.py, Hub.may_skip_look). Whatever was heard meanwhile makes it look again."""
 
     def test_work_made_ready_between_two_waiting_claims_is_found_by_the_second(self, live_server, operator):
         worker = Worker(operator)
@@ -435,8 +436,8 @@ class TestWhatWasHeard:
     def test_work_made_ready_unheard_is_found_once_the_quiet_has_run_out(self, live_server, operator, engine,
                                                                           monkeypatch):
         """A rail that made work ready without telling (or an event this process missed) is
-        found by the first claim after QUIET_FOR_SECONDS, not only at some later event."""
-        monkeypatch.setattr(hubs, "QUIET_FOR_SECONDS", 0.5)
+        found by the first claim after EMPTY_LOOK_TRUSTED_SECONDS, not only at some later event."""
+        monkeypatch.setattr(hubs, "EMPTY_LOOK_TRUSTED_SECONDS", 0.5)
         ti_id = operator.create_run(task("t"))["task_instances"][0]["ti_id"]
         Worker(operator, "worker-2").claim_one()
         worker = Worker(operator)
