@@ -10,7 +10,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
@@ -41,22 +41,22 @@ ClaimResult = tuple[list[WorkItem], bool] | AppError
 
 @dataclass(frozen=True)
 class PendingClaim:
-    """One pass of a claim, waiting for its turn's transaction: for `execution_id`, up to `limit`
-    on `queues`. `waits` if its client waits (then it may have left: `gone()`); `promote` if it
-    takes the time-driven rails first; `ready` if work is likely ready (it claims without a look);
-    `seen` is the hub's generation before the pass began; `keyring` and `ttl_seconds` mint its
-    attempt tokens."""
+    """A claim not yet answered: for `execution_id`, up to `limit` on `queues`. `waits` if its
+    client waits (then it may have left: `gone()`); `keyring` and `ttl_seconds` mint its attempt
+    tokens. Each pass goes to its turn as a copy that says whether it takes the time-driven rails
+    first (`promote`), whether work is likely ready (`ready`: it claims without a look), and the
+    hub's generation before it began (`seen`)."""
 
     execution_id: uuid.UUID
     limit: int
     queues: list[str]
     waits: bool
-    promote: bool
-    ready: bool
-    seen: int
     gone: Callable[[], Awaitable[bool]]
     keyring: tokens.KeyRing
     ttl_seconds: int
+    promote: bool = False
+    ready: bool = False
+    seen: int = 0
 
 
 class Claims:
@@ -86,31 +86,33 @@ class Claims:
                                                               "answers).")
             refusal.headers = {"Retry-After": "1"}
             raise refusal
-        hub, waits, served = self.hub, wait_seconds > 0, frozenset(queues)
 
         async def gone_or_draining() -> bool:
             return self.draining or await gone()
+        claim = PendingClaim(execution_id, limit, sorted(frozenset(queues)), wait_seconds > 0, gone_or_draining,
+                             keyring, ttl_seconds)
+        return await wait_for_work(self.hub, lambda: self._claim_once(claim), limit=limit, seconds=wait_seconds,
+                                   gone=gone_or_draining, queues=queues, claimer=execution_id)
 
-        async def claim_once() -> tuple[list[WorkItem], bool]:
-            # Time-driven work may be due: promote, do not look. The last claim on these queues
-            # came back full: claim, do not look (if nothing is left, the claim finds no pool to
-            # lock). Nothing was heard since a look found nothing: a waiting claim neither looks
-            # nor claims (not even a thread), it waits.
-            promote, full = hub.take_promotion(), hub.last_claim_full(queues)
-            if not (promote or full) and waits and hub.may_skip_look(execution_id, queues):
-                return [], False
-            started = tracing.now()
-            items, held_back = await self.turns.join(served, self.claim_turn, PendingClaim(
-                execution_id, limit, sorted(served), waits, promote, full, hub.generation, gone_or_draining, keyring,
-                ttl_seconds))
-            if started is not None:  # tracing is on
-                tracing.claimed(started, [(i.correlation.trace_id, i.correlation.dag_id, i.correlation.run_id)
-                                          for i in items],
-                                {"fenceline.execution_id": str(execution_id)})
-            return items, held_back
-
-        return await wait_for_work(hub, claim_once, limit=limit, seconds=wait_seconds, gone=gone_or_draining,
-                                   queues=queues, claimer=execution_id)
+    async def _claim_once(self, claim: PendingClaim) -> tuple[list[WorkItem], bool]:
+        """One pass of `claim`, on the event loop: its items, and whether a pool or a cap held
+        ready work back. It joins this turn's claims on its queues (claim_turn runs them)."""
+        # Time-driven work may be due: promote, do not look. The last claim on these queues came
+        # back full: claim, do not look (if nothing is left, the claim finds no pool to lock).
+        # Nothing was heard since a look found nothing: a waiting claim neither looks nor claims
+        # (not even a thread), it waits.
+        hub = self.hub
+        promote, full = hub.take_promotion(), hub.last_claim_full(claim.queues)
+        if not (promote or full) and claim.waits and hub.may_skip_look(claim.execution_id, claim.queues):
+            return [], False
+        started = tracing.now()
+        items, held_back = await self.turns.join(frozenset(claim.queues), self.claim_turn,
+                                                 replace(claim, promote=promote, ready=full, seen=hub.generation))
+        if started is not None:  # tracing is on
+            tracing.claimed(started, [(i.correlation.trace_id, i.correlation.dag_id, i.correlation.run_id)
+                                      for i in items],
+                            {"fenceline.execution_id": str(claim.execution_id)})
+        return items, held_back
 
     def claim_turn(self, pending: list[PendingClaim]) -> list[ClaimResult]:
         """The claims of one turn on one set of queues, in a claim thread: each one's result, in
