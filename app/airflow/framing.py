@@ -81,21 +81,6 @@ def _plain(data: bytes, frame: bytes) -> bytes:
     return _EVENT + frame.decode().join(map(encode_basestring_ascii, lines)).encode() + b"}"
 
 
-def batched(parts: Iterator[str] | Iterator[bytes], size: int = 64 * 1024) -> Iterator[bytes]:
-    """Join small parts (text, or UTF-8 bytes) into writes of about `size` bytes."""
-    buffer: list[bytes] = []
-    length = 0
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        buffer.append(data)
-        length += len(data)
-        if length >= size:
-            yield b"".join(buffer)
-            buffer, length = [], 0
-    if buffer:
-        yield b"".join(buffer)
-
-
 INLINE_BYTES = 256 * 1024  # a window this small is answered whole, not streamed
 
 

@@ -246,7 +246,7 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, se
     log = service.try_log(session, store, ti, task_try_number)
     media = framing.preferred(accept, ["text/plain", "application/json"], default="application/json")
     if media == "text/plain":
-        return framing.answer(session, store, lambda reader: framing.batched(
+        return framing.answer(session, store, lambda reader: paging.batched(
             paging.text_chunks(reader, log, 0, log.size)), log.size, "text/plain; charset=utf-8")
     start = framing.start_position(installation(request).keyring, token, ti.id, task_try_number, log)
     win = paging.window(store.within(session), log, start, full=full_content)
@@ -254,7 +254,7 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, se
     next_token = tokens.sign_cursor(installation(request).keyring, ti.id, task_try_number, win.end)
 
     def body(reader: LogStore) -> Iterator[bytes]:
-        return framing.batched(part for parts in (
+        return paging.batched(part for parts in (
             ['{"content":"'], framing.json_string_stream(reader, log, win.start, win.end),
             ['","continuation_token":"' + next_token + '"}']) for part in parts)
     return framing.answer(session, store, body, win.end - win.start, "application/json")

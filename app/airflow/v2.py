@@ -251,10 +251,10 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
     size = win.end - win.start
     if ndjson:
         headers = {"Airflow-Continuation-Token": next_token} if next_token else None
-        return framing.answer(session, store, lambda reader: framing.batched(
+        return framing.answer(session, store, lambda reader: paging.batched(
             part + b"\n" for part in framing.structured_parts(reader, log, win.start, win.end, b"\n")),
             size, "application/x-ndjson", headers)
-    return framing.answer(session, store, lambda reader: framing.batched(_json_log(
+    return framing.answer(session, store, lambda reader: paging.batched(_json_log(
         framing.structured_parts(reader, log, win.start, win.end, b","), next_token)), size, "application/json")
 
 

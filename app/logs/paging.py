@@ -49,25 +49,26 @@ def _last_newline(store: LogStore, log: logs.TryLog, start: int, end: int) -> in
     return None
 
 
-def _gathered(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[bytes]:
-    """The window's bytes, about READ_BYTES at a time (the store's reads gathered up)."""
-    gathered: list[bytes] = []
-    size = 0
-    for chunk in logs.read(store, log, start, end):
-        gathered.append(chunk)
-        size += len(chunk)
-        if size >= READ_BYTES:
-            yield b"".join(gathered)
-            gathered, size = [], 0
-    if gathered:
-        yield b"".join(gathered)
+def batched(parts: Iterator[str] | Iterator[bytes], size: int = 64 * 1024) -> Iterator[bytes]:
+    """Join small parts (text, or UTF-8 bytes) into writes of about `size` bytes."""
+    buffer: list[bytes] = []
+    length = 0
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        buffer.append(data)
+        length += len(data)
+        if length >= size:
+            yield b"".join(buffer)
+            buffer, length = [], 0
+    if buffer:
+        yield b"".join(buffer)
 
 
 def text_chunks(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:
     """The window as text, about READ_BYTES at a time; a UTF-8 character split across chunks
     is kept whole."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    for data in _gathered(store, log, start, end):
+    for data in batched(logs.read(store, log, start, end), READ_BYTES):
         if text := decoder.decode(data):
             yield text
     if tail := decoder.decode(b"", final=True):
@@ -79,7 +80,7 @@ def line_runs(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterat
     newline after the last; a final partial line comes alone, last). A cut at a newline never
     splits a UTF-8 character."""
     pending = b""
-    for data in _gathered(store, log, start, end):
+    for data in batched(logs.read(store, log, start, end), READ_BYTES):
         data = pending + data
         cut = data.rfind(b"\n")
         if cut >= 0:
