@@ -189,7 +189,7 @@ class Settings(BaseSettings):
     max_free_form_depth: int = Field(default=32, ge=1, le=128)
 
     # Attempt logs: the store (`file`, `database` or `s3://bucket/prefix`; unset: file on SQLite,
-    # database on PostgreSQL unless the log directory still holds logs — app/logs/stores.py),
+    # database on PostgreSQL unless the log directory still holds logs — app/logs/stores/__init__.py),
     # the file store's directory, how long an S3 call may take, limits per append request and
     # per attempt stream, and how many days after its run ended a log is kept (unset: forever).
     log_store: str | None = None

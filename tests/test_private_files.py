@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.logs.store import FileLogStore
+from app.logs.stores.file import FileLogStore
 from tests.support.servers import Served, clean_env
 
 

@@ -16,7 +16,7 @@ from app.execution.models import TaskAttempt
 from app.identity.models import Execution
 from app.logs import service as logs
 from app.logs.service import TryLog
-from app.logs.store import LogStore
+from app.logs.stores.base import LogStore
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
 from app.routing.service import PoolUse, pool_uses

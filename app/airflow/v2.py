@@ -9,8 +9,7 @@ from fastapi import Depends, Header, Path, Request
 from fastapi.responses import JSONResponse, Response
 
 from app import __version__
-from app.airflow import listing, service
-from app.airflow import logs as paging
+from app.airflow import framing, listing, service
 from app.airflow.absent import MAP_INDEX, add_absent_routes
 from app.airflow.filters import bad_request
 from app.airflow.params import honouring
@@ -58,6 +57,7 @@ from app.airflow.v2_schemas import (
 from app.auth import tokens
 from app.auth.deps import BearerDep, check_password, checked_before_body, installation, operator_token, remember_device
 from app.errors import AppError, forbidden, unauthorized
+from app.logs import paging
 from app.logs.deps import StoreDep
 from app.orchestration.models import TaskInstance
 from app.web.deps import SessionDep, commit
@@ -245,17 +245,17 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
     ndjson = first.startswith("application/x-ndjson")
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
     log = service.try_log(session, store, ti, try_number)
-    start = paging.start_position(installation(request).keyring, token, ti.id, try_number, log)
+    start = framing.start_position(installation(request).keyring, token, ti.id, try_number, log)
     win = paging.window(store.within(session), log, start, full=full_content or ndjson)
-    next_token = win.token(installation(request).keyring, ti.id, try_number)
+    next_token = framing.continuation_token(installation(request).keyring, win, ti.id, try_number)
     size = win.end - win.start
     if ndjson:
         headers = {"Airflow-Continuation-Token": next_token} if next_token else None
-        return paging.answer(session, store, lambda reader: paging.batched(
-            part + b"\n" for part in paging.structured_parts(reader, log, win.start, win.end, b"\n")),
+        return framing.answer(session, store, lambda reader: paging.batched(
+            part + b"\n" for part in framing.structured_parts(reader, log, win.start, win.end, b"\n")),
             size, "application/x-ndjson", headers)
-    return paging.answer(session, store, lambda reader: paging.batched(_json_log(
-        paging.structured_parts(reader, log, win.start, win.end, b","), next_token)), size, "application/json")
+    return framing.answer(session, store, lambda reader: paging.batched(_json_log(
+        framing.structured_parts(reader, log, win.start, win.end, b","), next_token)), size, "application/json")
 
 
 def _json_log(parts: Iterator[bytes], next_token: str | None) -> Iterator[bytes]:

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from app.logs.store import FileLogStore, LogConflict, LogGap, LogStore
+from app.logs.stores.base import LogConflict, LogGap, LogStore
+from app.logs.stores.file import FileLogStore
 
 PIECE = 1024 * 1024  # bytes per append (and per commit) into the target
 
@@ -38,7 +39,7 @@ def copy_logs(source: LogStore, target: LogStore, engine: Engine,
     """Copy every stream of `source` into `target`. A stream whose target already holds more
     than the source, or other bytes where they overlap, is a conflict: reported, never
     overwritten. A completed copy off a file store with no conflict leaves a marker there, which
-    makes the copy's target the default store of a PostgreSQL installation (app/logs/stores.py).
+    makes the copy's target the default store of a PostgreSQL installation (app/logs/stores/__init__.py).
     `progress(report, streams in all)` is called after each stream."""
     report = CopyReport()
     keys = list(source.keys())  # listed first, to say how far the copy is

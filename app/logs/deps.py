@@ -8,7 +8,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from app.logs.service import fault_refusal
-from app.logs.store import LogStore, LogStoreFault
+from app.logs.stores.base import LogStore, LogStoreFault
 from app.telemetry.metrics import log_store_errors
 from app.web.deps import SAFE_METHODS
 from app.web.problems import render_error

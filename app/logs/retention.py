@@ -16,7 +16,7 @@ from app.db.statements import upsert
 from app.execution.history import run_attempts
 from app.logs.models import LogRemoval
 from app.logs.service import log_key
-from app.logs.store import LogStore, LogStoreFault
+from app.logs.stores.base import LogStore, LogStoreFault
 from app.orchestration.models import DagRun
 from app.orchestration.runs import run_task_instances
 

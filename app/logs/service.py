@@ -21,7 +21,7 @@ from app.execution import history
 from app.execution.fence import current_attempt
 from app.logs.models import LogRemoval
 from app.logs.schemas import LogAppend, LogAppended
-from app.logs.store import LogConflict, LogGap, LogStore, LogStoreFault, LogStoreFull
+from app.logs.stores.base import LogConflict, LogGap, LogStore, LogStoreFault, LogStoreFull
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.telemetry.metrics import log_bytes_appended, log_store_errors

@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.auth.deps import MetricsReaderDep
 from app.db.dialect import dialect_of
 from app.errors import AppError
-from app.logs.store import LogStoreFault
+from app.logs.stores.base import LogStoreFault
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
 from app.telemetry.metrics import Recorded, exposition

@@ -13,9 +13,9 @@ import os
 import re
 import socket
 import tempfile
-import time
 from pathlib import Path
 
+import tenacity
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from sqlalchemy import Engine, create_engine, make_url, text
@@ -121,31 +121,45 @@ def check_directories(settings: Settings) -> None:
         _writable(settings.resolved_log_dir, "FENCELINE_LOG_DIR" if settings.log_dir else "FENCELINE_DATA_DIR")
 
 
+def _why(exc: DBAPIError) -> str:
+    return (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+
+
+def _refused(exc: BaseException) -> bool:
+    """A refusal no retry can fix: wrong password or role, no such database."""
+    return isinstance(exc, DBAPIError) and (getattr(exc.orig, "sqlstate", None) in _NOT_RETRIED
+                                            or any(w in _why(exc) for w in _NOT_RETRIED_WORDS))
+
+
 def wait_for_database(engine: Engine, timeout_seconds: float, say=lambda _: None) -> None:
     """Until the database answers, retrying with back-off (0.25 s doubling to 5 s) for at most
     `timeout_seconds`; StartupError(4) then, or at once for a refusal no retry can fix."""
-    deadline, delay = time.monotonic() + timeout_seconds, 0.25
     where = redacted(engine.url.render_as_string(hide_password=False))
-    while True:
+
+    def connect() -> None:
         try:
             with engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
-            return
-        except DBAPIError as exc:
-            why = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
-            if getattr(exc.orig, "sqlstate", None) in _NOT_RETRIED or any(w in why for w in _NOT_RETRIED_WORDS):
-                raise StartupError(DATABASE_UNREACHABLE, f"{database_setting()}: the database at {where} "
-                                                         f"refused the connection: {why}") from exc
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise StartupError(DATABASE_UNREACHABLE, (
-                    f"{database_setting()}: the database at {where} did not answer within {timeout_seconds:g}s "
-                    f"(FENCELINE_DB_CONNECT_TIMEOUT_SECONDS): {why}")) from exc
-            say(f"the database at {where} does not answer ({why}); retrying")
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, 5.0)
         finally:
             engine.dispose()
+
+    backoff = tenacity.wait_exponential(multiplier=0.25, max=5.0)
+    try:
+        tenacity.Retrying(
+            retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, DBAPIError) and not _refused(exc)),
+            stop=tenacity.stop_after_delay(timeout_seconds),
+            # The last sleep ends at the deadline, for one more try then.
+            wait=lambda state: min(backoff(state), timeout_seconds - state.seconds_since_start),
+            before_sleep=lambda state: say(f"the database at {where} does not answer "
+                                           f"({_why(state.outcome.exception())}); retrying"),
+            reraise=True)(connect)
+    except DBAPIError as exc:
+        if _refused(exc):
+            raise StartupError(DATABASE_UNREACHABLE, f"{database_setting()}: the database at {where} "
+                                                     f"refused the connection: {_why(exc)}") from exc
+        raise StartupError(DATABASE_UNREACHABLE, (
+            f"{database_setting()}: the database at {where} did not answer within {timeout_seconds:g}s "
+            f"(FENCELINE_DB_CONNECT_TIMEOUT_SECONDS): {_why(exc)}")) from exc
 
 
 def bind(host: str, port: int) -> socket.socket:

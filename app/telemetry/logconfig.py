@@ -26,7 +26,10 @@ incoming_trace_id: ContextVar[str | None] = ContextVar("fenceline_trace_id", def
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: timestamp (UTC, RFC 3339), level, logger, message, the
     request id and the request's trace id when the line was logged within a request, and the
-    fields of FIELDS the record carries."""
+    fields of FIELDS the record carries.
+
+    Not python-json-logger's formatter: it names every `extra` a record carries but those it is
+    told to skip (uvicorn's `color_message` would reach each line), where this one names FIELDS only."""
 
     def __init__(self, static: dict[str, Any] | None = None) -> None:
         super().__init__()

@@ -10,7 +10,7 @@ bytes before the end of a try's log never change (a segment grows only while it 
 from dataclasses import dataclass
 
 from app.logs import service as logs
-from app.logs.store import LogStore
+from app.logs.stores.base import LogStore
 
 READ_BYTES = 64 * 1024  # the most one reading takes from the store
 

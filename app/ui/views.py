@@ -18,7 +18,7 @@ from app.execution.models import TaskAttempt
 from app.identity import service as identity
 from app.identity.schemas import ExecutionPublic, execution_public
 from app.logs import service as logs
-from app.logs.store import LogStore
+from app.logs.stores.base import LogStore
 from app.orchestration import runs
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import httpx
+import tenacity
 
 from app.worker import tracing
 from app.worker.batcher import Batcher
@@ -50,10 +51,13 @@ class Backoff:
     def __init__(self, base: float = 0.5, cap: float = 30.0) -> None:
         self.base, self.cap, self.failures = base, cap, 0
 
+    def delay(self, failures: int) -> float:
+        """The delay after `failures` faults in a row."""
+        return min(self.cap, self.base * 2 ** failures) * random.uniform(0.5, 1.0)
+
     def next_delay(self) -> float:
-        ceiling = min(self.cap, self.base * 2 ** self.failures)
         self.failures += 1
-        return ceiling * random.uniform(0.5, 1.0)
+        return self.delay(self.failures - 1)
 
 
 def retrying(call: Callable[[], T], *, what: str, stop: threading.Event | None = None,
@@ -61,20 +65,24 @@ def retrying(call: Callable[[], T], *, what: str, stop: threading.Event | None =
     """`call()` until it answers or is refused; network faults are retried with back-off.
     GaveUp when `give_up()` turns true (checked between tries), or when `stop` is set."""
     backoff = Backoff()
-    while True:
-        try:
-            return call()
-        except ServerUnreachable as exc:
-            delay = backoff.next_delay()
-            if backoff.failures == 1 or backoff.failures % 10 == 0:
-                log(f"{what}: server unreachable ({exc}); retrying with back-off")
-        if give_up():
+
+    def said(state: tenacity.RetryCallState) -> None:  # the first fault and every tenth, not each
+        if state.attempt_number == 1 or state.attempt_number % 10 == 0:
+            log(f"{what}: server unreachable ({state.outcome.exception()}); retrying with back-off")
+
+    def sleep(seconds: float) -> None:
+        if stop is None:
+            time.sleep(seconds)
+        elif stop.wait(seconds):
             raise GaveUp(what)
-        if stop is not None:
-            if stop.wait(delay):
-                raise GaveUp(what)
-        else:
-            time.sleep(delay)
+
+    def gave_up(_: tenacity.RetryCallState) -> NoReturn:
+        raise GaveUp(what)
+
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(ServerUnreachable), after=said,
+        wait=lambda state: backoff.delay(state.attempt_number - 1), stop=lambda _: give_up(),
+        sleep=sleep, retry_error_callback=gave_up)(call)
 
 
 def _problem(resp: httpx.Response) -> dict[str, Any]:

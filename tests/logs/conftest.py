@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from app.logs.store import LogStore
+from app.logs.stores.base import LogStore
 
 STORES = ["file", "database", "s3"]
 

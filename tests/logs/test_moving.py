@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from app.logs import stores
 from app.logs.copy import copy_logs
-from app.logs.store import FileLogStore
+from app.logs.stores.file import FileLogStore
 from app.main import create_app
 from tests.logs.conftest import STORES
 from tests.support.api import Worker

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.logs.store import LogStoreUnavailable
+from app.logs.stores.base import LogStoreUnavailable
 from app.main import create_app
 from tests.support.api import Operator, Worker, assert_problem
 from tests.support.filesystems import FailingStore, LogDisk, tmpfs

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlmodel import Session
 
-from app.logs.s3 import S3LogStore
-from app.logs.store import LogConflict, LogGap, LogStoreUnavailable
+from app.logs.stores.base import LogConflict, LogGap, LogStoreUnavailable
+from app.logs.stores.s3 import S3LogStore
 from app.main import create_app
 from tests.support.api import Operator, Worker, assert_problem
 from tests.support.concurrency import BARRIER_TIMEOUT, race

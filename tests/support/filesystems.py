@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.logs.store import os_faults
+from app.logs.stores.file import os_faults
 
 
 @contextmanager

@@ -1,4 +1,6 @@
-"""Which log store serves: FENCELINE_LOG_STORE, or the default for the installation.
+"""The log stores: the contract and its faults (base.py), a module per store (file.py,
+database.py, s3.py over chunked.py), and here the chooser: which store serves,
+FENCELINE_LOG_STORE or the default for the installation.
 
 Unset, it is `file` on SQLite. On PostgreSQL it is `database` for a new installation, so that
 replicas on different machines need nothing else; an installation whose log directory already
@@ -10,8 +12,9 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.db.dialect import dialect_for_url
-from app.logs.database import DatabaseLogStore
-from app.logs.store import FileLogStore, LogStore
+from app.logs.stores.base import LogStore
+from app.logs.stores.database import DatabaseLogStore
+from app.logs.stores.file import FileLogStore
 
 
 def choose(settings: Settings) -> tuple[str, str | None]:
@@ -37,6 +40,6 @@ def open_store(name: str, settings: Settings, engine: Engine) -> LogStore:
         return FileLogStore(settings.resolved_log_dir)
     if name == "database":
         return DatabaseLogStore(engine)
-    from app.logs.s3 import S3LogStore  # boto3 is imported only by installations that use it
+    from app.logs.stores.s3 import S3LogStore  # boto3 is imported only by installations that use it
 
     return S3LogStore(name, engine, timeout_seconds=settings.log_store_timeout_seconds)

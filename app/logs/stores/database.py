@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 from sqlalchemy import Engine, Row
 
-from app.logs.chunks import ChunkedLogStore
+from app.logs.stores.chunked import ChunkedLogStore
 
 
 class DatabaseLogStore(ChunkedLogStore):

@@ -28,7 +28,7 @@ from app.db.engine import reading
 from app.db.faults import DatabaseFault, database_fault
 from app.db.statements import insert_ignore
 from app.logs.models import LogChunk
-from app.logs.store import LogConflict, LogGap, LogStoreFull, LogStoreUnavailable
+from app.logs.stores.base import LogConflict, LogGap, LogStoreFull, LogStoreUnavailable
 
 CHUNKS = LogChunk.__table__
 _IDENTITY = ["store", "key", "start_offset"]

@@ -2,7 +2,7 @@
 
 S3 has no append, so a stream's key is a prefix of chunk objects, and which chunks exist is
 decided in the database: the log_chunks rows are the chunk index, written with the append's
-compare-and-swap (app/logs/chunks.py). A chunk's object name is unique to its writer, so two
+compare-and-swap (app/logs/stores/chunked.py). A chunk's object name is unique to its writer, so two
 replicas racing at one offset never overwrite each other's object; the loser deletes its own.
 Objects are never rewritten, so a reader streams each one with a (ranged) GET.
 
@@ -24,8 +24,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sqlalchemy import Engine, Row, select
 from sqlmodel import Session
 
-from app.logs.chunks import CHUNKS, ChunkedLogStore, database_faults
-from app.logs.store import CHUNK, LogStoreFull, LogStoreUnavailable
+from app.logs.stores.base import CHUNK, LogStoreFull, LogStoreUnavailable
+from app.logs.stores.chunked import CHUNKS, ChunkedLogStore, database_faults
 
 # What S3-compatible stores answer when they are out of room (MinIO, Ceph RGW, a quota).
 _FULL_CODES = {"XMinioStorageFull", "QuotaExceeded", "InsufficientStorage", "StorageFull"}

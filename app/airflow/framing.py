@@ -1,18 +1,13 @@
-"""Paging and streaming a try's log for the Airflow routes.
-
-Positions are byte offsets into the try's log (every epoch behind its system line); a page
-ends on a line boundary, so a client that follows the continuation token sees every line
-exactly once, also while an agent is still appending. Whole-log answers are streamed, never
-assembled in memory.
+"""The Airflow framing of a try's log: continuation tokens, the media type an Accept header
+prefers, Airflow 3's StructuredLogMessage objects and v1's JSON string, and the answer (whole or
+streamed). The byte pages they frame are app/logs/paging.py's.
 """
 
-import codecs
 import itertools
 import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 
 from sqlmodel import Session
@@ -23,25 +18,16 @@ from app.auth import tokens
 from app.auth.tokens import KeyRing
 from app.errors import AppError
 from app.logs import service as logs
-from app.logs.store import LogStore
+from app.logs.paging import Window, line_runs, text_chunks
+from app.logs.stores.base import LogStore
 from app.web.deps import commit
 
-PAGE_BYTES = 1024 * 1024
-_SCAN = 64 * 1024
-READ_BYTES = 1024 * 1024  # a streamed answer decodes and frames this much at a time
 
-
-@dataclass(frozen=True)
-class Window:
-    start: int
-    end: int
-    finished: bool  # the window reaches the end of a log that will not grow
-
-    def token(self, keyring: KeyRing, ti_id: uuid.UUID, try_number: int) -> str | None:
-        """None at the end of a finished log, else a signed cursor at the window's end."""
-        if self.finished:
-            return None
-        return tokens.sign_cursor(keyring, ti_id, try_number, self.end)
+def continuation_token(keyring: KeyRing, window: Window, ti_id: uuid.UUID, try_number: int) -> str | None:
+    """None at the end of a finished log, else a signed cursor at the window's end."""
+    if window.finished:
+        return None
+    return tokens.sign_cursor(keyring, ti_id, try_number, window.end)
 
 
 def start_position(keyring: KeyRing, token: str | None, ti_id: uuid.UUID, try_number: int, log: logs.TryLog) -> int:
@@ -54,71 +40,6 @@ def start_position(keyring: KeyRing, token: str | None, ti_id: uuid.UUID, try_nu
         raise AppError(400, "bad-continuation-token", "Bad Signature. Please use only the tokens provided by the API.",
                        "Bad Signature. Please use only the tokens provided by the API.") from None
     return min(position, log.size)
-
-
-def window(store: LogStore, log: logs.TryLog, start: int, *, full: bool) -> Window:
-    """[start, end) ending on a line boundary: the rest of the log when `full`, else at most
-    PAGE_BYTES. A trailing partial line is held back until it is complete or the log finished."""
-    end = log.size if full else min(log.size, start + PAGE_BYTES)
-    if end == log.size and log.finished:
-        return Window(start, end, True)
-    cut = _last_newline(store, log, start, end)
-    if cut is None:
-        # No complete line yet: wait for more, unless a single line outgrew a whole page.
-        return Window(start, end if end - start >= PAGE_BYTES else start, False)
-    return Window(start, cut, False)
-
-
-def _last_newline(store: LogStore, log: logs.TryLog, start: int, end: int) -> int | None:
-    """The position just after the last newline in [start, end), scanning backwards."""
-    hi = end
-    while hi > start:
-        lo = max(start, hi - _SCAN)
-        found = b"".join(logs.read(store, log, lo, hi)).rfind(b"\n")
-        if found >= 0:
-            return lo + found + 1
-        hi = lo
-    return None
-
-
-def _gathered(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[bytes]:
-    """The window's bytes, about READ_BYTES at a time (the store's reads gathered up)."""
-    gathered: list[bytes] = []
-    size = 0
-    for chunk in logs.read(store, log, start, end):
-        gathered.append(chunk)
-        size += len(chunk)
-        if size >= READ_BYTES:
-            yield b"".join(gathered)
-            gathered, size = [], 0
-    if gathered:
-        yield b"".join(gathered)
-
-
-def text_chunks(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[str]:
-    """The window as text, about READ_BYTES at a time; a UTF-8 character split across chunks
-    is kept whole."""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    for data in _gathered(store, log, start, end):
-        if text := decoder.decode(data):
-            yield text
-    if tail := decoder.decode(b"", final=True):
-        yield tail
-
-
-def line_runs(store: LogStore, log: logs.TryLog, start: int, end: int) -> Iterator[bytes]:
-    """The window's lines about READ_BYTES at a time, each run's lines joined by newlines (no
-    newline after the last; a final partial line comes alone, last). A cut at a newline never
-    splits a UTF-8 character."""
-    pending = b""
-    for data in _gathered(store, log, start, end):
-        data = pending + data
-        cut = data.rfind(b"\n")
-        if cut >= 0:
-            yield data[:cut]
-        pending = data[cut + 1:]
-    if pending:
-        yield pending
 
 
 _EVENT = b'{"event": '
@@ -160,21 +81,6 @@ def _plain(data: bytes, frame: bytes) -> bytes:
     return _EVENT + frame.decode().join(map(encode_basestring_ascii, lines)).encode() + b"}"
 
 
-def batched(parts: Iterator[str] | Iterator[bytes], size: int = 64 * 1024) -> Iterator[bytes]:
-    """Join small parts (text, or UTF-8 bytes) into writes of about `size` bytes."""
-    buffer: list[bytes] = []
-    length = 0
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        buffer.append(data)
-        length += len(data)
-        if length >= size:
-            yield b"".join(buffer)
-            buffer, length = [], 0
-    if buffer:
-        yield b"".join(buffer)
-
-
 INLINE_BYTES = 256 * 1024  # a window this small is answered whole, not streamed
 
 
@@ -192,7 +98,7 @@ def answer(session: Session, store: LogStore, body: Callable[[LogStore], Iterato
     commit(session)
     parts = body(store)
     # Its first part (64 KiB and more: store bytes) is made now, so that a store that cannot be
-    # read answers 503 before anything is sent, not a 200 cut short (issue 30).
+    # read answers 503 before anything is sent, not a 200 cut short.
     first = next(parts, b"")
     return StreamingResponse(itertools.chain((first,), parts), media_type=media_type, headers=headers)
 
