@@ -348,9 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     launcher = sub.add_parser("launcher", help="run claimed image tasks as one Kubernetes Pod per attempt")
     launcher_arguments(launcher)
     launcher.set_defaults(func=cmd_launcher)
+    from app.admin.clean_cli import add_db_commands
     from app.admin.commands import add_commands
 
     add_commands(sub, _Parser)
+    add_db_commands(sub, _Parser)
     demo = sub.add_parser("demo", help="a throw-away server, two workers and an example run, explained")
     demo.add_argument("--keep", action="store_true", help="keep the server up after the run (Ctrl-C ends it)")
     demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")
