@@ -3,13 +3,15 @@ FENCELINE_HISTORY_RETENTION_DAYS delete finished runs that ended before a date, 
 instances, tries' history, attempt records, retention records and logs (every log store).
 
 Only runs in a terminal state (success, failed) go; the identity tables (seats, executions: every
-generation and every pod UID ever bound) are never touched, and a live row's epoch is never
-deleted because a live row's run is not finished. A batch is one short transaction: its runs are
-locked FOR UPDATE SKIP LOCKED and checked again in the same statement (a run cleared meanwhile is
-running again, and one that a clear holds is left), then their task instances, then the logs are
-removed from the store and the rows deleted, children first. Logs go before the rows commit: a
-batch killed in between leaves rows whose streams are gone (a reader finds an empty stream, never
-an error) and the next clean finishes them; the other order would leave streams that no row
+generation and every pod UID ever bound) are never touched, and a live row's epoch never goes
+because a live row's run is not finished. A run goes in two short transactions. The first marks
+its logs removed, as log retention does (a LogRemoval row): from its commit on, readers show the
+removal line and never ask the store for the run's streams. The second locks the marked runs FOR
+UPDATE SKIP LOCKED, checked again in the same statement (a run cleared meanwhile is running
+again; one a clear holds is left), then their task instances, removes the logs from the store and
+deletes the rows, children first. Killed anywhere, a clean leaves rows that read as they did or
+as removed, never a row naming a stream that is gone (an S3 index row whose object was deleted
+would answer 503), and the next clean finishes; the other order would leave streams that no row
 names, never found again (docs/decisions/XXXX-db-clean.md).
 """
 
@@ -19,13 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, Select, and_, delete, func, or_, select
+from sqlalchemy import Engine, Select, and_, delete, exists, func, or_, select
 from sqlmodel import Session
 
 from app.config import Settings
 from app.db.dialect import dialect_of
-from app.db.retries import retried
-from app.db.statements import one_of
+from app.db.statements import one_of, upsert
 from app.db.types import utcnow
 from app.execution.models import TaskAttempt
 from app.execution.reapers import Sweeping
@@ -35,7 +36,6 @@ from app.logs.service import log_key
 from app.logs.store import LogStore, LogStoreFault
 from app.orchestration import states as s
 from app.orchestration.cas import HISTORY, RUNS, TI
-from app.telemetry.metrics import count_conflict
 
 log = logging.getLogger("fenceline.clean")
 ATTEMPTS, REMOVALS = TaskAttempt.__table__, LogRemoval.__table__
@@ -126,16 +126,34 @@ def _log_keys(session: Session, run_ids: list[uuid.UUID]) -> list[str]:
             for epoch in sorted({0} | epochs.get((ti.id, n), set()))]
 
 
+def mark_runs(*, session: Session, run_ids: list[uuid.UUID], before: datetime, now: datetime) -> list[uuid.UUID]:
+    """Mark the logs of those of `run_ids` still finished and ended before `before` as removed
+    (what retention records), in the caller's transaction (it commits before delete_runs); answers
+    them. Their runs are locked SKIP LOCKED, so a run a clear holds is left, and never waited on."""
+    if not run_ids:
+        return []
+    lock = select(RUNS.c.id, RUNS.c.ended_at).where(RUNS.c.id.in_(run_ids), FINISHED_RUN, RUNS.c.ended_at < before)
+    due = session.execute(dialect_of(session).for_update(lock.order_by(RUNS.c.id), skip_locked=True, key_share=True))
+    marked = []
+    for run, ended_at in due:
+        upsert(session, REMOVALS, {"dag_run_id": run, "run_ended_at": ended_at, "removed_at": now}, ["dag_run_id"],
+               {"run_ended_at": ended_at, "removed_at": now}, where=REMOVALS.c.run_ended_at != ended_at)
+        marked.append(run)
+    return marked
+
+
 def delete_runs(*, session: Session, store: LogStore, run_ids: list[uuid.UUID], before: datetime) -> Counts:
-    """Delete those of `run_ids` that are still finished and ended before `before`, with all they
-    hold, in the caller's transaction (it commits). Runs first, in key order, then their task
-    instances (the one lock order, decision 0013); SKIP LOCKED, so a run another transaction
-    holds is left (counted as skipped) and this never waits on a run. A LogStoreFault leaves the
-    transaction to be rolled back: the rows stay, and a later clean removes them."""
+    """Delete those of `run_ids` still finished, ended before `before` and marked (mark_runs,
+    committed), with all they hold, in the caller's transaction (it commits). Runs first, in key
+    order, then their task instances (the one lock order, decision 0013); SKIP LOCKED, so a run
+    another transaction holds is left (counted as skipped) and this never waits on a run. A
+    LogStoreFault leaves the transaction to be rolled back: the rows stay, and read as removed."""
     if not run_ids:
         return Counts()
     dialect = dialect_of(session)
-    lock = select(RUNS.c.id).where(RUNS.c.id.in_(run_ids), FINISHED_RUN, RUNS.c.ended_at < before).order_by(RUNS.c.id)
+    marked = exists().where(REMOVALS.c.dag_run_id == RUNS.c.id, REMOVALS.c.run_ended_at == RUNS.c.ended_at)
+    lock = (select(RUNS.c.id).where(RUNS.c.id.in_(run_ids), FINISHED_RUN, RUNS.c.ended_at < before, marked)
+            .order_by(RUNS.c.id))
     runs = list(session.execute(dialect.for_update(lock, skip_locked=True)).scalars())
     counts = Counts(skipped=sorted(set(run_ids) - set(runs)))
     if not runs:
@@ -174,10 +192,13 @@ def clean(engine: Engine, store: LogStore, *, before: datetime, keep_last: int =
             run_ids = [run for run, _ in due if run not in kept]
 
             def batch(session: Session = session, run_ids: list[uuid.UUID] = run_ids) -> Counts:
-                counts = delete_runs(session=session, store=store, run_ids=run_ids, before=before)
+                marked = mark_runs(session=session, run_ids=run_ids, before=before, now=utcnow())
+                session.commit()  # readers show the runs' logs as removed before any is
+                counts = delete_runs(session=session, store=store, run_ids=marked, before=before)
+                counts.skipped = sorted(set(run_ids) - set(marked)) + counts.skipped
                 session.commit()
                 return counts
-            total.add(retried([session], batch, seen=count_conflict))
+            total.add(batch())
         done += 1
         if progress is not None:
             progress(total)
@@ -186,9 +207,10 @@ def clean(engine: Engine, store: LogStore, *, before: datetime, keep_last: int =
 
 @dataclass(frozen=True)
 class HistoryRetention:
-    """FENCELINE_HISTORY_RETENTION_DAYS: a few expired runs deleted per reaper sweep, in the
-    sweep's transaction (after its marks: runs are taken SKIP LOCKED, so the sweep never waits on
-    a run while it holds task instances). Log retention, when set, runs first."""
+    """FENCELINE_HISTORY_RETENTION_DAYS: a few expired runs per reaper sweep, in the sweep's
+    transaction (after its marks: runs are taken SKIP LOCKED, so the sweep never waits on a run
+    while it holds task instances). A sweep deletes the runs an earlier sweep marked, then marks
+    the next few. Log retention, when set, runs first."""
 
     store: LogStore
     days: float
@@ -199,12 +221,15 @@ class HistoryRetention:
         handled = self.logs.sweep(session=session, now=now) if self.logs is not None else 0
         before = now - timedelta(days=self.days)
         due = [run for run, _ in due_runs(session=session, before=before, limit=limit)]
+        deleted = 0
         try:
             with session.begin_nested():  # a store fault undoes the deletes, never the sweep's marks
                 deleted = delete_runs(session=session, store=self.store, run_ids=due, before=before).dag_runs
         except LogStoreFault as exc:
             log.warning("history retention could not remove the logs of %d runs: %s", len(due), exc)
-            return handled
+        if deleted < limit:  # the next sweep deletes these
+            due = [run for run, _ in due_runs(session=session, before=before, limit=limit - deleted)]
+            handled += len(mark_runs(session=session, run_ids=due, before=before, now=now))
         if deleted:
             log.info("history retention deleted %d runs that ended before %s", deleted, before.isoformat())
         return handled + deleted
