@@ -103,8 +103,8 @@ def cmd_db_clean(args: argparse.Namespace) -> int:
             due = plan(session=session, before=args.before, keep_last=args.keep_last)
         kept = f", keeping each DAG's newest {args.keep_last}" if args.keep_last else ""
         what = "deletes" if args.yes else "would delete (a dry run: give --yes to delete)"
-        print(f"fenceline: db clean {what} the finished runs that ended before {args.before.isoformat()}{kept}:\n"
-              f"{_table(due)}", flush=True)
+        print(f"fenceline: db clean {what} the finished runs that ended before "
+              f"{args.before.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC{kept}:\n{_table(due)}", flush=True)
         if not args.yes or not due.dag_runs:
             return 0
         store = stores.open_store(stores.choose(settings)[0], settings, engine)

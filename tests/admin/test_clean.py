@@ -6,7 +6,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, select, text
 from sqlmodel import Session
 
 from app.admin.clean import Counts, HistoryRetention, clean, delete_runs, mark_runs, plan
@@ -16,6 +16,7 @@ from app.identity.models import Execution, Seat
 from app.logs.models import LogRemoval
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from tests.support.api import Operator, Worker, kube_target, task
+from tests.support.history import finished
 
 TABLES = {"dag_runs": DagRun, "task_instances": TaskInstance, "task_instance_history": TaskInstanceHistory,
           "task_attempts": TaskAttempt, "log_removals": LogRemoval, "executions": Execution, "seats": Seat}
@@ -37,26 +38,6 @@ def client(make_client, store_name):
 @pytest.fixture
 def store(client):
     return client.app.state.log_store
-
-
-def finished(operator: Operator, run_id: str, *, dag_id: str = "dag", days_ago: float = 40, fail: bool = False,
-             worker: Worker | None = None) -> None:
-    """A run of two tasks, each claimed, logging and reported (`t` failing once first, then
-    failing for good if `fail`), that ended `days_ago` days ago."""
-    operator.create_run(task("t", retries=1), task("u"), dag_id=dag_id, run_id=run_id)
-    worker = worker or Worker(operator, seat=f"worker-{dag_id}-{run_id}")
-    for outcome in ("failed", "failed" if fail else "success"):
-        for attempt in worker.claim(10):
-            attempt.append_log(0, f"{run_id} {attempt.ti_id}\n")
-            attempt.report(outcome if attempt.task_id == "t" else "success")
-    assert operator.run(dag_id, run_id)["state"] == ("failed" if fail else "success")
-    ended_days_ago(operator, dag_id, run_id, days_ago)
-
-
-def ended_days_ago(operator: Operator, dag_id: str, run_id: str, days: float) -> None:
-    with operator.client.app.state.engine.begin() as conn:
-        conn.execute(update(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
-                     .values(ended_at=utcnow() - timedelta(days=days)))
 
 
 def rows(engine) -> dict[str, int]:
