@@ -10,9 +10,8 @@ kept whole; run it again).
 import argparse
 import re
 import sys
-import time
 from datetime import UTC, date, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from app.admin.clean import Counts
@@ -50,30 +49,6 @@ def count(smallest: int) -> Any:
     return parse
 
 
-class Bar:
-    """One line on a terminal, redrawn at most ten times a second: runs deleted of those due."""
-
-    WIDTH = 30
-
-    def __init__(self, out: TextIO, total: int) -> None:
-        self.out, self.total, self.drawn = out, total, 0.0
-
-    def show(self, counts: "Counts") -> None:
-        if time.monotonic() - self.drawn < 0.1 and counts.dag_runs < self.total:
-            return
-        done = min(counts.dag_runs, self.total)
-        filled = self.WIDTH * done // self.total if self.total else self.WIDTH
-        self.out.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{self.total} runs, "
-                       f"{counts.task_instances} task instances deleted")
-        self.out.flush()
-        self.drawn = time.monotonic()
-
-    def done(self) -> None:
-        if self.drawn:
-            self.out.write("\n")
-            self.out.flush()
-
-
 def _table(counts: "Counts") -> str:
     return "\n".join(f"  {name:<24}{number:>12}" for name, number in counts.tables().items())
 
@@ -86,6 +61,7 @@ def cmd_db_clean(args: argparse.Namespace) -> int:
     from app.logs.store import LogStoreFault
     from app.ops import startup
     from app.ops.migrate import serving_refusal
+    from app.ops.progress import ProgressBar
 
     settings = startup.load_settings()
     engine = startup.database_engine(settings)
@@ -108,9 +84,13 @@ def cmd_db_clean(args: argparse.Namespace) -> int:
         if not args.yes or not due.dag_runs:
             return 0
         store = stores.open_store(stores.choose(settings)[0], settings, engine)
-        bar = Bar(sys.stderr, due.dag_runs) if sys.stderr.isatty() else None
-        progress = bar.show if bar else lambda counts: print(
-            f"fenceline: deleted {counts.dag_runs} of {due.dag_runs} runs", file=sys.stderr, flush=True)
+        bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
+
+        def progress(done: "Counts") -> None:
+            if bar is not None:
+                bar.show(done.dag_runs, due.dag_runs, f"runs, {done.task_instances} task instances deleted")
+            else:
+                print(f"fenceline: deleted {done.dag_runs} of {due.dag_runs} runs", file=sys.stderr, flush=True)
         try:
             done = clean(engine, store, before=args.before, keep_last=args.keep_last, batch_runs=args.batch_size,
                          progress=progress)

@@ -1,9 +1,6 @@
 """`fenceline db clean` from a shell: a dry run unless --yes, progress on stderr (a bar on a
 terminal), and bad input refused in one line with its documented status, never a traceback."""
 
-import contextlib
-import os
-import pty
 import subprocess
 from pathlib import Path
 
@@ -16,6 +13,7 @@ from tests.support.history import finished
 from tests.support.ports import free_port
 from tests.support.servers import FENCELINE, START_TIMEOUT, clean_env
 from tests.support.settings import app_settings
+from tests.support.terminal import stderr_on_terminal
 
 
 def db_clean(env: dict[str, str], *args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -55,17 +53,10 @@ def test_a_dry_run_prints_what_would_go_and_yes_deletes_it(installation):
 
 
 def test_a_terminal_shows_a_progress_bar(installation):
-    leader, follower = pty.openpty()
-    with os.fdopen(leader, "rb", buffering=0) as terminal:
-        done = db_clean(installation, "--before", "2026-12-31", "--keep-last", "1", "--yes", stdout=subprocess.PIPE,
-                        stderr=follower)
-        os.close(follower)
-        shown = b""
-        with contextlib.suppress(OSError):  # the terminal's other end closed: all is read
-            while chunk := terminal.read(4096):
-                shown += chunk
+    done, shown = stderr_on_terminal(
+        [*FENCELINE, "db", "clean", "--before", "2026-12-31", "--keep-last", "1", "--yes"], installation)
     assert done.returncode == 0
-    assert shown.decode().endswith(f"[{'#' * 30}] 2/2 runs, 4 task instances deleted\r\n")
+    assert shown.endswith(f"[{'#' * 30}] 2/2 runs, 4 task instances deleted\r\n")
 
 
 @pytest.mark.parametrize(("args", "said"), [
