@@ -26,6 +26,7 @@ from sqlmodel import Session
 
 from app.config import Settings
 from app.db.dialect import dialect_of
+from app.db.retries import retried
 from app.db.statements import one_of, upsert
 from app.db.types import utcnow
 from app.execution.models import TaskAttempt
@@ -36,6 +37,7 @@ from app.logs.service import log_key
 from app.logs.store import LogStore, LogStoreFault
 from app.orchestration import states as s
 from app.orchestration.cas import HISTORY, RUNS, TI
+from app.telemetry.metrics import count_conflict
 
 log = logging.getLogger("fenceline.clean")
 ATTEMPTS, REMOVALS = TaskAttempt.__table__, LogRemoval.__table__
@@ -176,9 +178,9 @@ def delete_runs(*, session: Session, store: LogStore, run_ids: list[uuid.UUID], 
 def clean(engine: Engine, store: LogStore, *, before: datetime, keep_last: int = 0, batch_runs: int = BATCH_RUNS,
           batches: int | None = None, progress: Callable[[Counts], None] | None = None) -> Counts:
     """Delete every finished run that ended before `before` (at the latest: now) but each DAG's
-    newest `keep_last`, `batch_runs` runs per transaction, at most `batches` transactions (None:
-    until none is due). Answers what was deleted; `progress` hears the total after each batch.
-    Resumable: what a killed clean left is due to the next one."""
+    newest `keep_last`, `batch_runs` runs per batch (two short transactions: mark, delete), at
+    most `batches` batches (None: until none is due). Answers what was deleted; `progress` hears
+    the total after each batch. Resumable: what a killed clean left is due to the next one."""
     before = min(before, utcnow())  # a run that ends while this runs is never a candidate
     with Session(engine) as session:
         kept = kept_runs(session=session, keep_last=keep_last)
@@ -190,15 +192,16 @@ def clean(engine: Engine, store: LogStore, *, before: datetime, keep_last: int =
                 break
             after = (due[-1][1], due[-1][0])  # past kept and skipped runs; deleted ones are gone anyway
             run_ids = [run for run, _ in due if run not in kept]
+            marked = mark_runs(session=session, run_ids=run_ids, before=before, now=utcnow())
+            session.commit()  # readers show the runs' logs as removed before any is
 
-            def batch(session: Session = session, run_ids: list[uuid.UUID] = run_ids) -> Counts:
-                marked = mark_runs(session=session, run_ids=run_ids, before=before, now=utcnow())
-                session.commit()  # readers show the runs' logs as removed before any is
+            def delete_batch(session: Session = session, marked: list[uuid.UUID] = marked) -> Counts:
                 counts = delete_runs(session=session, store=store, run_ids=marked, before=before)
-                counts.skipped = sorted(set(run_ids) - set(marked)) + counts.skipped
                 session.commit()
                 return counts
-            total.add(batch())
+            counts = retried([session], delete_batch, seen=count_conflict)  # a deadlock's victim runs again
+            counts.skipped = sorted(set(run_ids) - set(marked)) + counts.skipped
+            total.add(counts)
         done += 1
         if progress is not None:
             progress(total)
