@@ -8,16 +8,14 @@ instead of 0.5 s.
 import argparse
 import signal
 import sys
-import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn
 
 from app import __version__
 
 if TYPE_CHECKING:
     from app.config import Settings
-    from app.logs.copy import CopyReport
 
 
 def _prepare(settings: "Settings", say: Callable[[str], None] = lambda _: None, *, writes: bool = True) -> str:
@@ -187,39 +185,12 @@ def cmd_migrate_check(args: argparse.Namespace) -> int:
 EXIT_LOG_CONFLICTS = 6
 
 
-class ProgressBar:
-    """One line on a terminal, redrawn at most ten times a second: how many streams of all are
-    done, and the bytes copied."""
-
-    WIDTH = 30
-
-    def __init__(self, out: TextIO) -> None:
-        self.out, self.drawn, self.last = out, 0.0, (0, 0, 0)
-
-    def show(self, report: "CopyReport", total: int) -> None:
-        self.last = (report.streams, total, report.copied_bytes)
-        if time.monotonic() - self.drawn >= 0.1 or report.streams == total:
-            self._draw()
-
-    def _draw(self) -> None:
-        done, total, copied = self.last
-        filled = self.WIDTH * done // total if total else self.WIDTH
-        self.out.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} streams, "
-                       f"{copied / 1048576:.1f} MiB copied")
-        self.out.flush()
-        self.drawn = time.monotonic()
-
-    def done(self) -> None:
-        if self.drawn:
-            self.out.write("\n")
-            self.out.flush()
-
-
 def cmd_logs_copy(args: argparse.Namespace) -> int:
     from app.db.engine import make_engine
     from app.logs import stores
     from app.logs.copy import copy_logs
     from app.ops.migrate import serving_refusal
+    from app.ops.progress import ProgressBar
     from app.ops.startup import SCHEMA_NOT_AT_HEAD, load_settings
 
     settings = load_settings()
@@ -236,7 +207,8 @@ def cmd_logs_copy(args: argparse.Namespace) -> int:
             print(f"fenceline: the logs are in the {source.name} store already", file=sys.stderr)
             return 2
         bar = ProgressBar(sys.stderr) if sys.stderr.isatty() else None  # nothing extra in a pipe
-        report = copy_logs(source, target, engine, bar.show if bar else None)
+        report = copy_logs(source, target, engine, None if bar is None else lambda done, total: bar.show(
+            done.streams, total, f"streams, {done.copied_bytes / 1048576:.1f} MiB copied"))
         if bar:
             bar.done()
     finally:
@@ -348,9 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     launcher = sub.add_parser("launcher", help="run claimed image tasks as one Kubernetes Pod per attempt")
     launcher_arguments(launcher)
     launcher.set_defaults(func=cmd_launcher)
+    from app.admin.clean_cli import add_db_commands
     from app.admin.commands import add_commands
 
     add_commands(sub, _Parser)
+    add_db_commands(sub, _Parser)
     demo = sub.add_parser("demo", help="a throw-away server, two workers and an example run, explained")
     demo.add_argument("--keep", action="store_true", help="keep the server up after the run (Ctrl-C ends it)")
     demo.add_argument("--timeout", type=float, default=120.0, help="give up on the run after this many seconds")

@@ -198,6 +198,10 @@ class Settings(BaseSettings):
     log_max_request_bytes: int = 1024 * 1024
     log_max_attempt_bytes: int = 1024 * 1024 * 1024
     log_retention_days: float | None = Field(default=None, gt=0)
+    # History (app/admin/clean.py): finished runs that ended more than this many days ago are
+    # deleted with their task instances, history, attempt records and logs, a few runs per
+    # reaper sweep, as `fenceline db clean` does by hand (unset: kept until an operator cleans).
+    history_retention_days: float | None = Field(default=None, gt=0)
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -13,6 +13,7 @@ from sqlmodel import Session
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__, models  # noqa: F401  (registers every table)
+from app.admin.clean import retention
 from app.admin.router import router as admin_router
 from app.airflow.v1 import router as airflow_v1_router
 from app.airflow.v2 import cli_login_router, open_router
@@ -32,7 +33,6 @@ from app.fleet.replicas import Heartbeat, Me
 from app.identity.router import router as identity_router
 from app.logs import stores
 from app.logs.deps import install_fault_handler
-from app.logs.retention import Retention
 from app.logs.router import router as logs_router
 from app.logs.service import BatchAppends
 from app.ops import health, startup
@@ -140,7 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.log_appends = BatchAppends(app.state.log_store, settings.log_max_request_bytes,
                                          settings.log_max_attempt_bytes)  # the log entries of a batch
     app.state.check_routes = check_routes  # routing's, handed to orchestration's run creation
-    app.state.retention = Retention.from_settings(settings, app.state.log_store)  # the reaper's, and /v1/admin/reap's
+    app.state.retention = retention(settings, app.state.log_store)  # the reaper's, and /v1/admin/reap's
     app.state.database_reach = DatabaseReach()  # made again once the lifespan has reached the database
     install_error_handlers(app)
     install_fault_handler(app)  # the log store's

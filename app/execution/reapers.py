@@ -156,8 +156,8 @@ def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datet
 
 
 class Sweeping(Protocol):
-    """More work a sweep does after its marks, handed in by the app (the logs' retention:
-    app/logs/retention.py); answers how many runs it handled."""
+    """More work a sweep does after its marks, handed in by the app (the logs' retention,
+    app/logs/retention.py, and the history's, app/admin/clean.py); answers how many runs it handled."""
 
     def sweep(self, *, session: Session, now: datetime) -> int: ...
 
@@ -186,7 +186,7 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
     # lock runs first): a sweep never waits for a run while holding a task instance.
     promote_eligible(session=session, now=now, skip_locked=not dialect.one_writer)
     if retention is not None and (removed := retention.sweep(session=session, now=now)):
-        log.info("retention removed the logs of %d runs", removed)
+        log.info("retention handled %d runs", removed)
     for reason, count in marked.items():  # counted once the sweep is through (not when run again)
         reaper_marks.labels(reason=reason).inc(count)
     reaper_sweep_duration.observe(time.perf_counter() - started)

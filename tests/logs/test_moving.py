@@ -1,9 +1,6 @@
 """Moving between stores: `fenceline logs copy` (resumable, idempotent), and which store an
 installation uses when FENCELINE_LOG_STORE is unset."""
 
-import contextlib
-import os
-import pty
 import subprocess
 import uuid
 
@@ -19,6 +16,7 @@ from tests.logs.conftest import STORES
 from tests.support.api import Worker
 from tests.support.servers import FENCELINE, START_TIMEOUT, clean_env
 from tests.support.settings import TEST_DATA_DIR, app_settings
+from tests.support.terminal import stderr_on_terminal
 
 
 @pytest.fixture(params=[0, 1])
@@ -107,15 +105,7 @@ def test_the_copy_shows_a_progress_bar_on_a_terminal(tmp_path):
         log.parent.mkdir(parents=True)
         log.write_bytes(b"a line\n")
     subprocess.run([*FENCELINE, "migrate"], env=env, check=True, capture_output=True, timeout=START_TIMEOUT)
-    leader, follower = pty.openpty()
-    with os.fdopen(leader, "rb", buffering=0) as terminal:
-        done = subprocess.run([*FENCELINE, "logs", "copy", "--to", "database"], env=env, stdout=subprocess.PIPE,
-                              stderr=follower, timeout=START_TIMEOUT)
-        os.close(follower)
-        shown = b""
-        with contextlib.suppress(OSError):  # the terminal's other end closed: all is read
-            while chunk := terminal.read(4096):
-                shown += chunk
+    done, shown = stderr_on_terminal([*FENCELINE, "logs", "copy", "--to", "database"], env)
     assert done.returncode == 0
-    assert shown.decode().endswith(f"[{'#' * 30}] 3/3 streams, 0.0 MiB copied\r\n")
+    assert shown.endswith(f"[{'#' * 30}] 3/3 streams, 0.0 MiB copied\r\n")
     assert b"copied 21 bytes of 3 streams" in done.stdout
