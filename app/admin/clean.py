@@ -12,7 +12,7 @@ again; one a clear holds is left), then their task instances, removes the logs f
 deletes the rows, children first. Killed anywhere, a clean leaves rows that read as they did or
 as removed, never a row naming a stream that is gone (an S3 index row whose object was deleted
 would answer 503), and the next clean finishes; the other order would leave streams that no row
-names, never found again (docs/decisions/XXXX-db-clean.md).
+names, never found again (docs/decisions/0014-db-clean.md).
 """
 
 import logging
@@ -34,7 +34,7 @@ from app.execution.reapers import Sweeping
 from app.logs.models import LogRemoval
 from app.logs.retention import Retention
 from app.logs.service import log_key
-from app.logs.store import LogStore, LogStoreFault
+from app.logs.stores.base import LogStore, LogStoreFault
 from app.orchestration import states as s
 from app.orchestration.cas import HISTORY, RUNS, TI
 from app.telemetry.metrics import count_conflict

@@ -58,7 +58,7 @@ def cmd_db_clean(args: argparse.Namespace) -> int:
     from app.db.dialect import dialect_of
     from app.db.engine import make_engine
     from app.logs import stores
-    from app.logs.store import LogStoreFault
+    from app.logs.stores.base import LogStoreFault
     from app.ops import startup
     from app.ops.migrate import serving_refusal
     from app.ops.progress import ProgressBar
