@@ -70,6 +70,7 @@ def served_app(settings: Settings | None = None) -> FastAPI:
     app = create_app(settings)
     gc.collect()
     gc.freeze()
+    metrics.watch_gc()
     return app
 
 
