@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     database_pool_size: int = Field(default=10, ge=1)
     database_max_overflow: int = Field(default=20, ge=0)
     database_pool_timeout_seconds: float = Field(default=30.0, gt=0)
+    # Allocations between two young collections of a served process's garbage collector
+    # (Python's is 700): a batch's objects then die before a collection promotes them, and
+    # full collections, which hold every request, come that much less often.
+    gc_young_threshold: int = Field(default=20000, ge=700, le=1_000_000)
     # PostgreSQL connections kept free for other clients (psql, migrations, backups): `serve`
     # refuses to start processes whose pools, overflow and listeners could use them.
     database_connections_headroom: int = Field(default=10, ge=0)

@@ -66,10 +66,16 @@ def served_app(settings: Settings | None = None) -> FastAPI:
     routes, schemas: some 200,000 objects, alive as long as the process) set aside from the
     garbage collector: each full collection walked them all, stalling every request for 100-300
     ms several times a minute under a fleet's batches (bench/batches.py, their p99). Not in
-    create_app: a process building many apps (the tests) would keep every one of them."""
+    create_app: a process building many apps (the tests) would keep every one of them. Young
+    collections come every FENCELINE_GC_YOUNG_THRESHOLD allocations, not Python's 700: at 700 a
+    fleet's batches were collected young hundreds of times a second, their live objects promoted,
+    and full collections followed every few seconds (docs/performance.md, issue 45)."""
+    settings = settings or get_settings()
     app = create_app(settings)
     gc.collect()
     gc.freeze()
+    gc.set_threshold(settings.gc_young_threshold, *gc.get_threshold()[1:])
+    metrics.watch_gc()
     return app
 
 

@@ -5,8 +5,10 @@ Simulated workers each hold `--per-worker` running attempts (claimed and reporte
 through batches) and heartbeat all of them every `--interval` seconds in one batch, the workers
 spread evenly over the interval. For each fleet size it prints the heartbeats per second, the
 server's CPU (% of one core, from /proc over the measured window), PostgreSQL's, the batch
-answers' p50/p99, the errors, the server's resident memory at the end and the machine's load
-average (1 min) at the window's start and end. The capacity is the largest fleet whose server
+answers' p50/p99/max, the errors, the server's resident memory at the end, its garbage
+collector's pauses over the window (full collections, and all of them: count and total ms, from
+its fenceline_gc_pause_seconds; blank for a build without it) and the machine's load average
+(1 min) at the window's start and end. The capacity is the largest fleet whose server
 stays under 70 % of a core with p99 under 100 ms.
 
     python bench/batches.py [--attempts 10000,20000,30000] [--per-worker 500] [--interval 5] [--seconds 20]
@@ -16,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,9 +30,19 @@ from bench.load import Connection  # noqa: E402
 from bench.roundtrips import create_runs  # noqa: E402
 
 HEADERS = ["running attempts", "workers", "heartbeats/s", "server CPU % of a core", "PostgreSQL CPU %",
-           "batch p50 ms", "batch p99 ms", "errors", "server CPU µs / heartbeat", "server RSS MB",
-           "load average", "fits (<70 %, p99<100 ms)"]
+           "batch p50 ms", "batch p99 ms", "batch max ms", "errors", "server CPU µs / heartbeat", "server RSS MB",
+           "full GCs", "full GC ms", "GCs", "GC ms", "load average", "fits (<70 %, p99<100 ms)"]
 MAX_ENTRIES = 500
+
+
+GC_SERIES = re.compile(rb'^fenceline_gc_pause_seconds_(sum|count)\{generation="(\d)"\} (\S+)$', re.M)
+
+
+def gc_pauses(client, operator: dict[str, str]) -> dict[tuple[str, str], float]:
+    """The server's garbage-collector pauses so far, {(sum|count, generation): value}: empty
+    for a build without the metric."""
+    body = client.get("/metrics", headers=operator).content
+    return {(kind.decode(), gen.decode()): float(value) for kind, gen, value in GC_SERIES.findall(body)}
 
 
 def claim_running(client, worker: dict[str, str], count: int) -> list[str]:
@@ -93,18 +106,29 @@ def measure(attempts: int, per_worker: int, interval: float, seconds: float) -> 
             worker = admit(client, operator, f"fleet-{n // per_worker}")
             workers.append((worker, claim_running(client, worker, min(per_worker, attempts - n))))
         asyncio.run(fleet(server.url, workers, interval, interval))  # one round to warm up
+        gc_before = gc_pauses(client, operator)
         before, load_before = (server.cpu_seconds(), postgres_cpu_seconds()), os.getloadavg()[0]
         started = time.perf_counter()
         samples, errors = asyncio.run(fleet(server.url, workers, interval, seconds))
         elapsed = time.perf_counter() - started
         server_cpu, pg_cpu = server.cpu_seconds() - before[0], postgres_cpu_seconds() - before[1]
         rss = server.rss_bytes() / 2**20  # with every attempt's token verified and remembered
+        gc_after = gc_pauses(client, operator)
+    gc_delta = {key: value - gc_before.get(key, 0.0) for key, value in gc_after.items()}
+
+    def gcs(kind: str, generations: str) -> object:
+        if not gc_delta:
+            return ""
+        total = sum(gc_delta[(kind, g)] for g in generations)
+        return int(total) if kind == "count" else 1000 * total
     beats = sum(n for _, n in samples)
     latencies = [latency for latency, _ in samples]
     p99 = 1000 * percentile(latencies, 0.99)
     load = 100 * server_cpu / elapsed
     return [attempts, len(workers), beats / elapsed, load, 100 * pg_cpu / elapsed, 1000 * percentile(latencies, 0.5),
-            p99, len(errors), 1e6 * server_cpu / max(1, beats), rss, f"{load_before:.1f}-{os.getloadavg()[0]:.1f}",
+            p99, 1000 * max(latencies), len(errors), 1e6 * server_cpu / max(1, beats), rss,
+            gcs("count", "2"), gcs("sum", "2"), gcs("count", "012"), gcs("sum", "012"),
+            f"{load_before:.1f}-{os.getloadavg()[0]:.1f}",
             "yes" if load < 70 and p99 < 100 else "no"]
 
 

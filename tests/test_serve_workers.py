@@ -119,11 +119,18 @@ def test_each_of_several_replicas_keeps_to_its_share_of_the_budget(tmp_path):
 
 def test_a_served_app_sets_what_it_was_built_of_aside_from_the_collector(tmp_path):
     """Each serving process freezes the objects its app was built of (app/main.py served_app):
-    full collections no longer walk them."""
+    full collections no longer walk them; young collections come every
+    FENCELINE_GC_YOUNG_THRESHOLD allocations, and each collection is timed."""
     assert gc.get_freeze_count() == 0
+    threshold, callbacks = gc.get_threshold(), list(gc.callbacks)
     try:
-        app = served_app(app_settings(f"sqlite:///{tmp_path / 'fenceline.db'}"))
+        settings = app_settings(f"sqlite:///{tmp_path / 'fenceline.db'}", gc_young_threshold=5000)
+        app = served_app(settings)
         assert gc.get_freeze_count() > 100_000
+        assert gc.get_threshold() == (5000, *threshold[1:])
+        assert len(gc.callbacks) == len(callbacks) + 1
         assert "/v1/attempts/batch" in app.openapi()["paths"]
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
+        gc.callbacks[:] = callbacks

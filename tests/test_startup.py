@@ -45,6 +45,9 @@ class TestBadSetting:
     def test_a_bad_value_is_status_2_naming_the_setting(self, tmp_path):
         refused(serve(tmp_path, FENCELINE_DATABASE_POOL_SIZE="zero"), 2, "FENCELINE_DATABASE_POOL_SIZE", "'zero'")
 
+    def test_a_young_gc_threshold_below_pythons_own_is_status_2(self, tmp_path):
+        refused(serve(tmp_path, FENCELINE_GC_YOUNG_THRESHOLD="10"), 2, "FENCELINE_GC_YOUNG_THRESHOLD", "'10'")
+
     @pytest.mark.parametrize(("name", "value", "said"), [
         ("FENCELINE_JWT_ACCEPTED_KEYS", "{nope", "not JSON"),
         ("FENCELINE_TRUSTED_PROXIES", "nope", "not JSON"),

@@ -63,36 +63,38 @@ class WrongScope(Exception):
 
 
 class Verified:
-    """Tokens this key ring verified, with the claims they carry and the times between which
-    those claims hold (nbf/iat and exp, with the leeway): an agent presents one attempt token
-    on every write of its attempt, and checking its signature and claims again each time was a
-    quarter of a heartbeat's CPU. Only a token that passed every check is kept, under its exact
-    text, so a hit is as good as a check; its times are checked on every use. Bounded: the
-    oldest entries go first, in constant time (a dict's first key is found by skipping the
-    slots its deletions left, which cost a sixth of a batch's CPU). The bound holds a large
-    fleet's tokens: with fewer entries than attempts heartbeating in turn, every use misses.
-    An entry is about 2 KB; keys are shared across entries."""
+    """Tokens this key ring verified, with the claims they carry, checked against the times
+    those claims hold (nbf/iat and exp, with the leeway) on every use: an agent presents one
+    attempt token on every write of its attempt, and checking its signature and claims again
+    each time was a quarter of a heartbeat's CPU. Only a token that passed every check is kept,
+    under its exact text, so a hit is as good as a check. Bounded: the oldest entries go first,
+    in constant time (a dict's first key is found by skipping the slots its deletions left, which
+    cost a sixth of a batch's CPU). The bound holds a large fleet's tokens: with fewer entries
+    than attempts heartbeating in turn, every use misses. An entry is about 2 KB; keys are
+    shared across entries. An entry is the claims alone, a dict of strings and numbers that the
+    garbage collector does not track: a tuple around it would be tracked, and every full
+    collection walked a fleet's 50,000 of them (docs/performance.md, issue 45)."""
 
     MAX_ENTRIES = 65536
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[str, tuple[dict[str, Any], float, float]] = OrderedDict()
+        self._entries: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, token: str, now: float) -> dict[str, Any] | None:
-        entry = self._entries.get(token)
-        if entry is None:
+        claims = self._entries.get(token)
+        if claims is None:
             return None
-        claims, not_before, expires = entry
+        not_before = max(int(claims["iat"]), int(claims["nbf"])) - LEEWAY_SECONDS
+        expires = int(claims["exp"]) + LEEWAY_SECONDS
         return claims if not_before <= now < expires else None  # else the full check says why
 
     def keep(self, token: str, claims: dict[str, Any]) -> None:
-        not_before = max(int(claims["iat"]), int(claims["nbf"])) - LEEWAY_SECONDS
         claims = {sys.intern(name): value for name, value in claims.items()}
         with self._lock:
             if len(self._entries) >= self.MAX_ENTRIES:
                 self._entries.popitem(last=False)
-            self._entries[token] = (claims, not_before, int(claims["exp"]) + LEEWAY_SECONDS)
+            self._entries[token] = claims
 
 
 @dataclass(frozen=True)

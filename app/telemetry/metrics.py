@@ -10,7 +10,9 @@ app/ops/health.py, so it never drifts; the pool's figures are gauges each proces
 checkout and check-in.
 """
 
+import gc
 import os
+import time
 from collections.abc import Iterable
 from itertools import product
 from typing import Any
@@ -190,6 +192,28 @@ def watch_pool(engine: Engine) -> None:
 
     event.listen(pool, "checkout", _update)
     event.listen(pool, "checkin", _update)
+
+
+# --- the process's garbage collector ---------------------------------------------------------
+gc_pauses = Histogram("fenceline_gc_pause_seconds",
+                      "Garbage-collector pauses of the server's processes, by generation: every request waits "
+                      "through one.", ["generation"],
+                      buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
+
+
+def watch_gc() -> None:
+    """Time each collection of this process's garbage collector into gc_pauses (gc.callbacks):
+    a full collection holds every thread, so long ones are a tail of every route at once."""
+    by_generation = [gc_pauses.labels(generation=str(g)) for g in range(3)]
+    started = [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            by_generation[info["generation"]].observe(time.perf_counter() - started[0])
+
+    gc.callbacks.append(timed)
 
 
 class Recorded(Collector):

@@ -1,6 +1,7 @@
 """Batches (contract 2.11): every entry fenced, validated and answered exactly as its single
 request, in order, each whole or not at all; a re-sent batch changes nothing twice."""
 
+import gc
 import secrets
 import time
 import uuid
@@ -264,6 +265,15 @@ class TestBatchTokens:
             decode(keyring, token, scopes=("operator",))
         now = time.time()
         assert [keyring.verified.get(t, now) is not None for t in tokens] == [False, True, True]
+
+    def test_a_remembered_token_is_nothing_the_garbage_collector_walks(self):
+        """A fleet's remembered tokens stay out of every full collection: an entry is its
+        claims alone, a dict of strings and numbers the collector does not track."""
+        keyring = KeyRing("k1", {"k1": JWT_SECRET})
+        token = mint(keyring, {"sub": "s", "scope": "operator"}, ttl_seconds=60)
+        decode(keyring, token, scopes=("operator",))
+        assert keyring.verified.get(token, time.time()) is not None
+        assert not any(gc.is_tracked(entry) for entry in keyring.verified._entries.values())
 
 
 class TestBatchRaces:
