@@ -35,6 +35,15 @@ def paginate(session: Session, query: Select, limit: int, offset: int) -> tuple[
     return list(rows.scalars() if len(query.column_descriptions) == 1 else rows.all()), total
 
 
+def paginate_by_key(session: Session, query: Select, key: Any, limit: int, offset: int) -> tuple[list[Any], int]:
+    """`paginate` for a deep offset: the page's keys first (`key`, the entity's primary key),
+    then their rows. Where an index holds the filter, the order and the key, the keys are an
+    index-only walk to the offset, so the rows skipped are never read from the table nor sorted."""
+    total = session.execute(select(func.count()).select_from(query.order_by(None).subquery())).scalar_one()
+    page = query.with_only_columns(key).limit(limit).offset(offset).scalar_subquery()
+    return list(session.execute(query.where(key.in_(page))).scalars()), total
+
+
 @cache
 def _insert_ignoring(dialect: Dialect, table: Any, index_elements: tuple[str, ...]) -> Any:
     return dialect.insert(table).on_conflict_do_nothing(index_elements=index_elements).returning(literal_column("1"))

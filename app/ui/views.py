@@ -39,8 +39,8 @@ class RunRow:
 def run_rows(*, session: Session, offset: int, **filters: Any) -> tuple[list[RunRow], int]:
     """One page of runs (runs.list_runs' `filters`), each with its task instances' states counted."""
     found, total = runs.list_runs(session=session, limit=RUNS_PER_PAGE, offset=offset, **filters)
-    rows = [RunRow(r, Counter(ti.state for ti in runs.run_task_instances(session=session, dag_run_id=r.id)))
-            for r in found]
+    states = runs.states_by_run(session=session, dag_run_ids=[r.id for r in found])
+    rows = [RunRow(r, Counter(states[r.id])) for r in found]
     return rows, total
 
 
