@@ -66,10 +66,10 @@ def get_run(*, session: Session, dag_id: str, run_id: str) -> DagRun:
 
 def list_runs(*, session: Session, limit: int, offset: int, dag_id: str | None = None, state: str | None = None,
               run_id_contains: str | None = None, created_from: datetime | None = None,
-              created_to: datetime | None = None) -> tuple[list[DagRun], int]:
+              created_to: datetime | None = None, count_up_to: int | None = None) -> tuple[list[DagRun], int]:
     """Runs, newest first, and how many there are: of one DAG, in one state, whose run id holds
     a text (case-insensitive, taken literally), created within a time range (from inclusive,
-    to exclusive). Newest first is the (created_at, dag_id, run_id) index read backwards, and
+    to exclusive); `count_up_to` bounds the count (app/db/statements.paginate). Newest first is the (created_at, dag_id, run_id) index read backwards, and
     (dag_id, created_at, run_id) for one DAG, so a page never sorts the history."""
     query = select(DagRun).order_by(DagRun.created_at.desc(), DagRun.dag_id.desc(), DagRun.run_id.desc())
     if dag_id is not None:
@@ -82,7 +82,7 @@ def list_runs(*, session: Session, limit: int, offset: int, dag_id: str | None =
         query = query.where(DagRun.created_at >= created_from)
     if created_to is not None:
         query = query.where(DagRun.created_at < created_to)
-    return paginate(session, query, limit, offset)
+    return paginate(session, query, limit, offset, count_up_to)
 
 
 def get_run_with_task_instances(*, session: Session, dag_id: str, run_id: str) -> tuple[DagRun, list[TaskInstance]]:

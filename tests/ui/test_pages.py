@@ -4,6 +4,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine, event
 
+from app.ui import views
 from tests.support.api import Worker, task
 from tests.ui.pages import infra_fault_then_success, texts, ui_login
 
@@ -45,6 +46,16 @@ class TestRuns:
         for n in range(1, 8):
             operator.create_run(task("a"), task("b", "a"), dag_id="etl", run_id=f"r{n}")
         assert statements() == one
+
+    def test_the_pager_counts_runs_only_so_far_past_the_page(self, client, operator, monkeypatch):
+        """The count is bounded (contract 8): past RUNS_COUNTED it says "N+" and still pages on."""
+        monkeypatch.setattr(views, "RUNS_PER_PAGE", 1)
+        monkeypatch.setattr(views, "RUNS_COUNTED", 2)
+        for n in range(4):
+            operator.create_run(dag_id="etl", run_id=f"r{n}")
+        ui_login(client)
+        assert "1–1 of 2+" in client.get("/ui/runs").text and "offset=1" in client.get("/ui/runs").text
+        assert "3–3 of 4" in client.get("/ui/runs?offset=2").text
 
     def test_an_empty_installation_says_so(self, client):
         ui_login(client)
