@@ -39,7 +39,8 @@ def run_migrations_online() -> None:
                 # chain's one BEGIN IMMEDIATE transaction serialises them). They poll rather than
                 # wait in pg_advisory_lock: a waiting statement holds a snapshot, and CREATE INDEX
                 # CONCURRENTLY in the migrating replica waits for every older snapshot to end.
-                while not connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY}).scalar():
+                lock = text("SELECT pg_try_advisory_lock(:k)")
+                while not connection.execute(lock, {"k": MIGRATION_LOCK_KEY}).scalar():
                     connection.commit()
                     time.sleep(LOCK_POLL_SECONDS)
                 connection.commit()

@@ -69,8 +69,9 @@ def list_runs(*, session: Session, limit: int, offset: int, dag_id: str | None =
               created_to: datetime | None = None, count_up_to: int | None = None) -> tuple[list[DagRun], int]:
     """Runs, newest first, and how many there are: of one DAG, in one state, whose run id holds
     a text (case-insensitive, taken literally), created within a time range (from inclusive,
-    to exclusive); `count_up_to` bounds the count (app/db/statements.paginate). Newest first is the (created_at, dag_id, run_id) index read backwards, and
-    (dag_id, created_at, run_id) for one DAG, so a page never sorts the history."""
+    to exclusive); `count_up_to` bounds the count (app/db/statements.paginate). Newest first
+    is the (created_at, dag_id, run_id) index read backwards, and (dag_id, created_at, run_id)
+    for one DAG, so a page never sorts the history."""
     query = select(DagRun).order_by(DagRun.created_at.desc(), DagRun.dag_id.desc(), DagRun.run_id.desc())
     if dag_id is not None:
         query = query.where(DagRun.dag_id == dag_id)
