@@ -1,5 +1,7 @@
 """Alembic environment: one chain for SQLite and PostgreSQL (batch mode on SQLite)."""
 
+import time
+
 from alembic import context
 from sqlalchemy import text
 
@@ -11,6 +13,7 @@ from app.fleet import window
 
 config = context.config
 MIGRATION_LOCK_KEY = 0x66656E6D6967  # "fenmig"
+LOCK_POLL_SECONDS = 0.2
 
 
 def render_item(type_: str, obj: object, autogen_context: object) -> str | bool:
@@ -33,8 +36,13 @@ def run_migrations_online() -> None:
             postgres = connection.dialect.name == "postgresql"
             if postgres:
                 # Replicas that start together migrate one after another (on SQLite, the
-                # chain's one BEGIN IMMEDIATE transaction serialises them).
-                connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+                # chain's one BEGIN IMMEDIATE transaction serialises them). They poll rather than
+                # wait in pg_advisory_lock: a waiting statement holds a snapshot, and CREATE INDEX
+                # CONCURRENTLY in the migrating replica waits for every older snapshot to end.
+                lock = text("SELECT pg_try_advisory_lock(:k)")
+                while not connection.execute(lock, {"k": MIGRATION_LOCK_KEY}).scalar():
+                    connection.commit()
+                    time.sleep(LOCK_POLL_SECONDS)
                 connection.commit()
             else:
                 # Batch mode copies a table and drops the original: with foreign keys enforced,

@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from app.airflow.filters import Ordering, Shown, bad_request, conditions
 from app.airflow.service import EXECUTOR, WILDCARD, TryView, get_run, not_found
-from app.db.statements import paginate
+from app.db.statements import paginate, paginate_by_key
 from app.execution.models import TaskAttempt
 from app.orchestration import states as s
 from app.orchestration.models import DagRun, TaskInstance
@@ -122,7 +122,7 @@ def list_task_instances(session: Session, dag_id: str, run_id: str, filters: Bas
             query = query.where(TaskInstance.dag_run_id == get_run(session, dag_id, run_id).id)
     elif dag_id != WILDCARD:
         query = query.where(TaskInstance.dag_id == dag_id)
-    return paginate(session, query, limit, offset)
+    return paginate_by_key(session, query, TaskInstance.id, limit, offset)
 
 
 def list_mapped(session: Session, dag_id: str, run_id: str, task_id: str, filters: BaseModel,

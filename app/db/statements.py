@@ -27,12 +27,26 @@ def one_of(column: Any, values: Sequence[str]) -> ColumnElement[bool]:
     return column.in_([written(value) for value in values])
 
 
-def paginate(session: Session, query: Select, limit: int, offset: int) -> tuple[list[Any], int]:
+def paginate(session: Session, query: Select, limit: int, offset: int, count_up_to: int | None = None
+             ) -> tuple[list[Any], int]:
     """One page of `query` (already ordered) and the total count of its rows: entities when
-    it selects one, else rows."""
-    total = session.execute(select(func.count()).select_from(query.order_by(None).subquery())).scalar_one()
+    it selects one, else rows. With `count_up_to`, rows are counted only that far past the
+    page's start (a total above offset + count_up_to means "more"), so the count stays bounded."""
+    counted = query.order_by(None)
+    if count_up_to is not None:
+        counted = counted.limit(offset + count_up_to + 1)
+    total = session.execute(select(func.count()).select_from(counted.subquery())).scalar_one()
     rows = session.execute(query.limit(limit).offset(offset))
     return list(rows.scalars() if len(query.column_descriptions) == 1 else rows.all()), total
+
+
+def paginate_by_key(session: Session, query: Select, key: Any, limit: int, offset: int) -> tuple[list[Any], int]:
+    """`paginate` for a deep offset: the page's keys first (`key`, the entity's primary key),
+    then their rows. Where an index holds the filter, the order and the key, the keys are an
+    index-only walk to the offset, so the rows skipped are never read from the table nor sorted."""
+    total = session.execute(select(func.count()).select_from(query.order_by(None).subquery())).scalar_one()
+    page = query.with_only_columns(key).limit(limit).offset(offset).scalar_subquery()
+    return list(session.execute(query.where(key.in_(page))).scalars()), total
 
 
 @cache

@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Column, ForeignKey, UniqueConstraint
+from sqlalchemy import Column, ForeignKey, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from app.db.types import UTCDateTime, utcnow
@@ -16,7 +16,9 @@ class TaskAttempt(SQLModel, table=True):
     attempt's single outcome is known."""
 
     __tablename__ = "task_attempts"
-    __table_args__ = (UniqueConstraint("task_instance_id", "try_number", "attempt_epoch"),)
+    # ended_at: the dashboard's outcome chart reads the last hour's (history.outcomes_per_minute).
+    __table_args__ = (UniqueConstraint("task_instance_id", "try_number", "attempt_epoch"),
+                      Index("ix_task_attempts_ended_at", "ended_at"))
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     task_instance_id: uuid.UUID = Field(

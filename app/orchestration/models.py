@@ -31,7 +31,12 @@ def _ts() -> Any:
 
 class DagRun(SQLModel, table=True):
     __tablename__ = "dag_runs"
-    __table_args__ = (UniqueConstraint("dag_id", "run_id"), Index("ix_dag_runs_ended_at", "ended_at"))
+    __table_args__ = (
+        UniqueConstraint("dag_id", "run_id"), Index("ix_dag_runs_ended_at", "ended_at"),
+        # The runs lists' order (oldest or newest first), over every DAG and over one.
+        Index("ix_dag_runs_created_at", "created_at", "dag_id", "run_id"),
+        Index("ix_dag_runs_dag_id_created_at", "dag_id", "created_at", "run_id"),
+    )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     dag_id: str = Field(max_length=250)
@@ -61,6 +66,11 @@ class TaskInstance(SQLModel, table=True):
         Index("ix_task_instances_in_flight", "pool", **_partial(*TI_IN_FLIGHT_STATES)),
         # Readiness after a success reads a run's waiting rows (readiness.ready_downstream).
         Index("ix_task_instances_dag_run_id_state", "dag_run_id", "state"),
+        # The Airflow list's default order, whole and by its daily filters, ending in the id so
+        # that a deep offset walks an index alone (app/db/statements.paginate_by_key).
+        Index("ix_task_instances_listing", "map_index", "dag_id", "run_id", "task_id", "id"),
+        Index("ix_task_instances_state_listing", "state", "map_index", "dag_id", "run_id", "task_id", "id"),
+        Index("ix_task_instances_dag_listing", "dag_id", "map_index", "run_id", "task_id", "id"),
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)

@@ -34,7 +34,8 @@ def list_runs(session: SessionDep, _: OperatorDep, dag_id: str | None = None,
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
               offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0) -> RunsPublic:
     found, total = runs.list_runs(session=session, limit=limit, offset=offset, dag_id=dag_id)
-    items = [run_public(r, runs.run_task_instances(session=session, dag_run_id=r.id)) for r in found]
+    tis = runs.runs_task_instances(session=session, dag_run_ids=[r.id for r in found])
+    items = [run_public(r, tis[r.id]) for r in found]
     return RunsPublic(items=items, total_entries=total, limit=limit, offset=offset)
 
 

@@ -163,7 +163,8 @@ def runs_list(request: Request, session: SessionDep, operator: UiOperatorDep, da
                                  run_id_contains=run_id, created_from=_when("created_from", created_from),
                                  created_to=_when("created_to", created_to))
     return page(request, "runs.html", operator=operator, refresh=any(r.run.state == "running" for r in rows),
-                rows=rows, total=total, offset=offset, per_page=views.RUNS_PER_PAGE, dag_id=dag_id,
+                rows=rows, total=total, offset=offset, per_page=views.RUNS_PER_PAGE, counted=views.RUNS_COUNTED,
+                dag_id=dag_id,
                 filters=filters, query=urlencode({k: v for k, v in filters.items() if v}), states=RUN_STATES,
                 charts=views.outcome_charts(session=session, now=utcnow()))
 

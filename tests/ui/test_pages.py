@@ -2,6 +2,9 @@
 
 from datetime import UTC, datetime
 
+from sqlalchemy import Engine, event
+
+from app.ui import views
 from tests.support.api import Worker, task
 from tests.ui.pages import infra_fault_then_success, texts, ui_login
 
@@ -23,6 +26,36 @@ class TestRuns:
         operator.create_run(dag_id="report", run_id="r2")
         ui_login(client)
         assert texts(client.get("/ui/runs?dag_id=etl").text, "run-link") == ["r1"]
+
+    def test_the_list_costs_the_same_statements_however_many_runs_it_shows(self, client, operator):
+        """Contract 8: the page reads its runs' task instances in one statement, not run by run."""
+        ui_login(client)
+
+        def statements() -> int:
+            seen = []
+            record = lambda *args: seen.append(args[2])  # noqa: E731  (the statement's text)
+            event.listen(Engine, "before_cursor_execute", record)
+            try:
+                assert client.get("/ui/runs").status_code == 200
+            finally:
+                event.remove(Engine, "before_cursor_execute", record)
+            return len(seen)
+
+        operator.create_run(task("a"), task("b", "a"), dag_id="etl", run_id="r0")
+        one = statements()
+        for n in range(1, 8):
+            operator.create_run(task("a"), task("b", "a"), dag_id="etl", run_id=f"r{n}")
+        assert statements() == one
+
+    def test_the_pager_counts_runs_only_so_far_past_the_page(self, client, operator, monkeypatch):
+        """The count is bounded (contract 8): past RUNS_COUNTED it says "N+" and still pages on."""
+        monkeypatch.setattr(views, "RUNS_PER_PAGE", 1)
+        monkeypatch.setattr(views, "RUNS_COUNTED", 2)
+        for n in range(4):
+            operator.create_run(dag_id="etl", run_id=f"r{n}")
+        ui_login(client)
+        assert "1–1 of 2+" in client.get("/ui/runs").text and "offset=1" in client.get("/ui/runs").text
+        assert "3–3 of 4" in client.get("/ui/runs?offset=2").text
 
     def test_an_empty_installation_says_so(self, client):
         ui_login(client)
