@@ -6,7 +6,6 @@ and the way down keeps a try's latest row."""
 import uuid
 from datetime import timedelta
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect, text
@@ -18,10 +17,9 @@ from app.fleet import replicas
 from app.main import create_app
 from app.ops.migrate import downgrade, head_revision, migrate, schema_revision, serving_refusal, upgrade
 from app.ops.startup import CONTRACT_REFUSED, StartupError
-from tests.support.api import ADMIN_PASSWORD, Operator, Worker, task, ti_ids
+from tests.support.api import Operator, Worker, task, ti_ids
 from tests.support.databases import BACKENDS, throwaway_database
 from tests.support.releases import database_env, run_release
-from tests.support.servers import Served
 from tests.support.settings import app_settings
 
 PER_TRY, PER_EPOCH = ["task_instance_id", "try_number"], ["task_instance_id", "try_number", "attempt_epoch"]
@@ -48,12 +46,13 @@ def history(url: str, ti_id: str) -> list[tuple]:
         engine.dispose()
 
 
-def archives_once_per_try(url: str, run_id: str) -> None:
-    """This release's app on `url`: ready; a try failed for retry and then marked failed (two
-    archives of try 1, at two epochs) keeps one row, and a success (the success rail's own
-    archive statement) writes one."""
+def archives_once_per_try(url: str, run_id: str, *, ready: bool = True) -> None:
+    """This release's app on `url`: ready (not `ready`: refusing until the contract step); a try
+    failed for retry and then marked failed (two archives of try 1, at two epochs) keeps one row,
+    and a success (the success rail's own archive statement) writes one."""
     with TestClient(create_app(app_settings(url))) as client:
-        assert client.get("/health/ready").json()["checks"]["schema"] == "ok"
+        schema = client.get("/health/ready").json()["checks"]["schema"]
+        assert schema == "ok" if ready else "--contract" in schema
         operator = Operator(client)
         run = operator.create_run(task("a", retries=1), task("b"), run_id=run_id)
         for attempt in Worker(operator, f"w-{run_id}").claim(5):
@@ -69,33 +68,27 @@ def archives_once_per_try(url: str, run_id: str) -> None:
 class TestTheSwap:
     def test_the_archive_works_before_and_after_it(self, backend, tmp_path):
         with throwaway_database(backend, tmp_path) as url:
-            upgrade(url, "0012")
-            assert serving_refusal(url) is None and history_key(url) == PER_TRY  # only 0013, a contract step, waits
-            archives_once_per_try(url, "before")
+            upgrade(url, "0012")  # served by the release of 0013; this one's expand step 0014 waits behind 0013
+            assert "--contract" in serving_refusal(url) and history_key(url) == PER_TRY
+            archives_once_per_try(url, "before", ready=False)  # the statement both releases run
             migrate(url, contract=True)
-            assert schema_revision(url) == "0013" and history_key(url) == PER_EPOCH
+            assert schema_revision(url) == head_revision() and history_key(url) == PER_EPOCH
             archives_once_per_try(url, "after")
 
     def test_migrate_stops_before_it_and_contract_applies_it(self, backend, tmp_path):
         with throwaway_database(backend, tmp_path) as url:
             env = database_env(url, tmp_path / "data")
             upgrade(url, "0011")
-            done = run_release(None, "migrate", env=env)
-            assert done.returncode == 0, done.stderr
+            done = run_release(None, "migrate", env=env)  # 0012 applied; 0014 waits behind 0013, so it ends refused
+            assert done.returncode == 5 and "--contract" in done.stderr, done.stderr
             assert schema_revision(url) == "0012" and history_key(url) == PER_TRY
-            assert "0013" in done.stdout and "--contract" in done.stdout
-            done = run_release(None, "migrate", "--check", env=env)  # served as it is: the init container passes
-            assert done.returncode == 0, done.stderr
-            server = Served(tmp_path, {**env, "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD})
-            try:  # `serve` migrates nothing more and is ready with its contract step waiting
-                server.wait_healthy()
-                assert httpx.get(f"{server.url}/health/ready").json()["checks"]["schema"] == "ok"
-            finally:
-                server.stop()
-            assert schema_revision(url) == "0012"
+            assert "0013" in done.stdout
+            # 0014, this release's index step, waits behind 0013: the init container refuses until --contract
+            done = run_release(None, "migrate", "--check", env=env)
+            assert done.returncode == 5 and "--contract" in done.stderr, done.stderr
             done = run_release(None, "migrate", "--contract", env=env)
             assert done.returncode == 0, done.stderr
-            assert schema_revision(url) == head_revision() == "0013" and history_key(url) == PER_EPOCH
+            assert schema_revision(url) == head_revision() and history_key(url) == PER_EPOCH
             done = run_release(None, "migrate", "--contract", env=env)
             assert done.returncode == 0 and "nothing to contract" in done.stdout, done.stderr
 
@@ -118,7 +111,7 @@ class TestTheSwap:
             finally:
                 engine.dispose()
             migrate(url, contract=True)
-            assert schema_revision(url) == "0013"
+            assert schema_revision(url) == head_revision()
 
     def test_down_keeps_a_tries_latest_row_and_up_again(self, backend, tmp_path):
         """A later release's per-epoch rows: going down keeps each try's latest epoch's row,
