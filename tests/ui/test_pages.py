@@ -3,7 +3,7 @@
 from datetime import UTC, datetime
 
 from tests.support.api import Worker, task
-from tests.ui.pages import infra_fault_then_success, texts, ui_login
+from tests.support.pages import infra_fault_then_success, texts, ui_login
 
 REFRESH = '<meta http-equiv="refresh"'
 
