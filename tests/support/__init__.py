@@ -14,9 +14,10 @@ build their fixtures from these pieces, and no test module imports another's cod
   kubernetes: the emulated Kubernetes API and the test kubelet the launcher drives
 - airflow: the Airflow 2.10 client's virtual environment and scripts, and the runs the
   compatibility tests read
-- identity, pages, tokens, logs, tracing, deploy: the identity refusal check, the dashboard's
-  pages and browser, attempt tokens as the server mints them, the log stores, the in-memory
-  span exporter, what reads deploy/
+- identity, pages, tokens, logs, tracing, deploy, conformance: the identity refusal check, the
+  dashboard's pages and browser, attempt tokens as the server mints them, the log stores, the
+  in-memory span exporter, what reads deploy/, the OpenAPI conformance check
+- screenshots: `python -m tests.support.screenshots` retakes the dashboard's screenshots
 - concurrency, tcp_proxy, filesystems, scrape, mix, releases, s3, otlp: races, a cuttable TCP
   proxy, small file systems, reading /metrics, the mixed load, releases of the schema, moto's
   S3, an OTLP receiver
