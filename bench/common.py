@@ -1,5 +1,6 @@
 """What the benchmarks share: a real `fenceline serve` on SQLite or a throw-away PostgreSQL
-database, and latency statistics. Benchmarks run on demand and print figures; they are not tests."""
+database, and latency statistics. Benchmarks run on demand and print figures; they are not tests.
+They stand on the tests' harness (tests/support): its servers, databases, settings and API."""
 
 import contextlib
 import os
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.api import ADMIN_PASSWORD, Operator, admission_body, bearer, json_of
+from tests.support.api import ADMIN_PASSWORD, Operator, bearer  # noqa: F401 (the bench modules take it from here)
 from tests.support.databases import libpq_url, throwaway_database
 from tests.support.servers import Served
+from tests.support.settings import served_env
 
 # The server as the benchmarks start it: the checkout's code, whatever is installed.
 APP_CLI = [sys.executable, "-m", "app.cli"]
@@ -44,9 +46,7 @@ class Server:
         data_dir = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="fenceline-bench-")))
         url = self._stack.enter_context(database(self.backend))
         self.database_url = url  # None: SQLite under the data dir
-        env = {**os.environ, "FENCELINE_DATA_DIR": str(data_dir), "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD,
-               "FENCELINE_JWT_SECRET": "bench-secret-" + "x" * 40, "FENCELINE_REAPER_INTERVAL_SECONDS": "0",
-               **{f"FENCELINE_{k.upper()}": v for k, v in self.settings.items()}}
+        env = {**os.environ, "FENCELINE_DATA_DIR": str(data_dir), **served_env(**self.settings)}
         env.pop("DATABASE_URL", None)
         if url:
             env["FENCELINE_DATABASE_URL"] = url
@@ -171,9 +171,10 @@ def postgres_cpu_seconds() -> float:
 
 
 def admit(client: httpx.Client, operator: dict[str, str], seat: str) -> dict[str, str]:
-    """The headers of a worker admitted to `seat` (its worker token)."""
-    resp = client.post(f"/v1/seats/{seat}/executions", headers=operator, json=admission_body(swarm="bench"))
-    return bearer(json_of(resp, 201)["worker_token"])
+    """The headers of a worker admitted to `seat` in the bench's swarm (tests.support.api's
+    admission, with the operator's headers `operator`)."""
+    token = operator["Authorization"].removeprefix("Bearer ")
+    return bearer(Operator(client, token).admit(seat, swarm="bench")["worker_token"])
 
 
 def concurrent_rate(count: int, seconds: float, work: Callable[[int, float, list[float]], None]) -> list[object]:

@@ -32,9 +32,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.attempts import agent, create_runs  # noqa: E402
-from bench.common import ADMIN_PASSWORD, admit, concurrent_rate, database, table  # noqa: E402
+from bench.common import admit, concurrent_rate, database, table  # noqa: E402
 from tests.support.api import Operator  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
+from tests.support.settings import served_env  # noqa: E402
 from tests.support.waiting import wait_until_serving  # noqa: E402
 
 VARIANTS = ("bare", "metrics", "metrics + plain logs", "metrics + json logs")
@@ -115,8 +116,7 @@ def cpu_seconds(pid: int) -> float:
 def server(backend: str, variant: str) -> Iterator[tuple[str, int]]:
     with tempfile.TemporaryDirectory(prefix="fenceline-bench-") as data_dir, database(backend) as url:
         port = free_port()
-        env = {**os.environ, "FENCELINE_DATA_DIR": data_dir, "FENCELINE_ADMIN_PASSWORD": ADMIN_PASSWORD,
-               "FENCELINE_JWT_SECRET": "bench-secret-" + "x" * 40, "FENCELINE_REAPER_INTERVAL_SECONDS": "0"}
+        env = {**os.environ, "FENCELINE_DATA_DIR": data_dir, **served_env()}
         env.pop("DATABASE_URL", None)
         if url:
             env["FENCELINE_DATABASE_URL"] = url

@@ -2,7 +2,7 @@
 promtool checks them and runs each alert over made-up series (`promtool test rules`: it fires
 when its condition holds long enough, and stays quiet otherwise), and every metric and label
 value they name is one a live server exposes on /metrics (as the Grafana dashboard's are,
-tests/test_metrics.py)."""
+tests/telemetry/test_metrics.py)."""
 
 import re
 import shutil

@@ -9,11 +9,7 @@ and `kubectl kustomize` renders the base, whose objects are then read field by f
 import inspect
 import os
 import re
-import shutil
-import subprocess
-import sys
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,22 +21,10 @@ from app.worker.api import Api
 from app.worker.context import DELIVERY_AFTER_HALT_SECONDS
 from app.worker.settings import POD_ENV
 from app.worker.task import KILL_AFTER
+from tests.support.deploy import REPO, env_of, one, pod_spec, run, tool
 
-REPO = Path(__file__).resolve().parents[1]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "DATABASE_URL")
-
-
-def tool(name: str) -> str:
-    """A command-line tool: the dev extra's (beside this Python) or the machine's."""
-    beside = Path(sys.executable).with_name(name)
-    found = str(beside) if beside.exists() else shutil.which(name)
-    assert found, f"{name} is not installed (pip install -e '.[dev]'; .ci/run installs the rest)"
-    return found
-
-
-def run(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 # The container image -------------------------------------------------------------------------
@@ -144,19 +128,6 @@ def rendered() -> list[dict[str, Any]]:
     done = run(tool("kubectl"), "kustomize", "deploy/kubernetes")
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
-
-
-def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    [found] = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    return found
-
-
-def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {e["name"]: e for e in container.get("env", [])}
-
-
-def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
-    return workload["spec"]["template"]["spec"]
 
 
 class TestKubernetes:

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, text
 from app.cli import server_processes
 from app.config import Settings
 from tests.support.databases import BACKENDS, PG_ADMIN_URL
-from tests.test_deploy import REPO, env_of, one, pod_spec, run, tool
+from tests.support.deploy import REPO, env_of, one, pod_spec, run, tool
 
 BASE = REPO / "deploy" / "kubernetes"
 COMPONENTS = ("launcher", "monitoring", "ingress", "contract")

@@ -1,7 +1,8 @@
 """The layout's promises, read off app/'s source (docs/decisions/0005, 0008): imports that only go
 down the layers, a thin root, small modules, the dialect in one place, the seam between
 orchestration and execution, services free of the HTTP framework, routers imported by main.py
-alone, and one home for each concept that used to live in several."""
+alone, one home for each concept that used to live in several, and tests that mirror app/ with their
+support code in tests/support."""
 
 import ast
 from functools import cache
@@ -255,3 +256,39 @@ def test_the_retry_policy_is_built_in_orchestration_once():
     for module in MODULES:
         if not module.startswith(("app.orchestration", "app.worker", "app.launcher")):
             assert "Backoff(" not in source(module), f"{module} builds a retry policy"
+
+
+TESTS = APP.parent / "tests"
+# The root's test modules test the whole, or app/cli.py (which sits at app/'s root).
+ROOT_TESTS = {"test_structure.py", "test_installs.py", "test_deploy.py", "test_deploy_kubernetes.py", "test_alerts.py",
+              "test_schema_conformance.py", "test_generated_sdk.py", "test_cli.py", "test_serve_workers.py"}
+
+
+def test_the_tests_mirror_app():
+    """A folder of tests per app package; at tests/'s root only the modules that test the whole."""
+    packages = {p.parent.name for p in APP.glob("*/__init__.py")}
+    folders = {p.parent.name for p in TESTS.glob("*/__init__.py")} - {"support"}
+    assert folders == packages, sorted(folders ^ packages)
+    root = {p.name for p in TESTS.glob("*.py")} - {"__init__.py", "conftest.py"}
+    assert root <= ROOT_TESTS, sorted(root - ROOT_TESTS)
+
+
+def test_support_code_lives_in_tests_support():
+    """Outside tests/support a module is a test module or a conftest, and imports of the tests'
+    own code come from tests/support alone: no test module or conftest imports another's."""
+    for path in TESTS.rglob("*.py"):
+        relative = path.relative_to(TESTS)
+        if relative.parts[0] == "support":
+            continue
+        assert path.name.startswith("test_") or path.name in ("conftest.py", "__init__.py"), \
+            f"tests/{relative} is support code outside tests/support"
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                assert name.split(".")[0] != "tests" or name.startswith("tests.support"), \
+                    f"tests/{relative} imports {name}"
+    for path in (TESTS / "support").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tests":
+                assert node.module.startswith("tests.support"), f"{path} imports {node.module}"

@@ -55,7 +55,7 @@ class Waiter:
 class Hub:
     """One process's waiting claims and its timer on the earliest time-driven readiness.
 
-    Its rules (tests/execution/test_waiting_claims.py, tests/routing/test_waking.py):
+    Its rules (tests/execution/waiting/, tests/routing/test_waking.py):
     - work on a queue wakes that many waiters serving it, oldest first (an unknown count: one);
     - an event naming no queue wakes the oldest waiter of each set of queues;
     - `room` wakes only the waiters whose last look found work held back (blocked);

@@ -258,7 +258,7 @@ def replace_task_instance(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep)
 
 
 # Series at 0 from the start: every outcome a report carries, and every route that may refuse a
-# write as stale (the logs append is app/logs/router.py's; tests/test_metrics.py holds this list
+# write as stale (the logs append is app/logs/router.py's; tests/telemetry/test_metrics.py holds this list
 # to the routes whose documented 409 is a stale report).
 metrics.zeroed(metrics.reports, outcome=get_args(Report.model_fields["state"].annotation))
 metrics.zeroed(metrics.stale_reports, route=(

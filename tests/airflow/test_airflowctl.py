@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from app import __version__
-from tests.airflow import mixed, scenario
-from tests.airflow.scenario import DAG, RUN
+from tests.support.airflow import mixed, scenario
+from tests.support.airflow.scenario import DAG, RUN
 from tests.support.api import ADMIN_PASSWORD, Operator
 
 AIRFLOWCTL = str(Path(sys.executable).with_name("airflowctl"))
@@ -98,7 +98,7 @@ def test_a_write_fenceline_does_not_take_is_refused_with_the_reason(ctl):
 
 @pytest.fixture
 def mixed_ctl(live_server, tmp_path):
-    """airflowctl logged in to a server with runs in mixed states (tests/airflow/mixed.py)."""
+    """airflowctl logged in to a server with runs in mixed states (tests/support/airflow/mixed.py)."""
     with live_server.client() as http:
         mixed.build(Operator(http))
     ctl = Ctl(tmp_path, live_server.url)

@@ -1,8 +1,7 @@
 """The official Airflow 2.10 client reads fenceline unmodified (in its own virtual environment)."""
 
-from tests.airflow import scenario
-from tests.airflow.conftest import run_in_airflow2
-from tests.airflow.scenario import DAG, RUN
+from tests.support.airflow import run_in_airflow2, scenario
+from tests.support.airflow.scenario import DAG, RUN
 from tests.support.api import ADMIN_PASSWORD, Operator
 
 

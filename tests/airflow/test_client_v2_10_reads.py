@@ -1,10 +1,10 @@
 """The official 2.10 client against /api/v1: every filter it sends, the exact set each returns
-over runs in mixed states (tests/airflow/mixed.py), and the reads tools expect (health,
+over runs in mixed states (tests/support/airflow/mixed.py), and the reads tools expect (health,
 version, a DAG, its details and tasks, a pool)."""
 
 from app import __version__
-from tests.airflow import mixed, scenario
-from tests.airflow.mixed import SHOWN, keys, shown
+from tests.support.airflow import mixed, scenario
+from tests.support.airflow.mixed import SHOWN, keys, shown
 from tests.support.api import Operator, Worker, task
 
 ALL = set(SHOWN)

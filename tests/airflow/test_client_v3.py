@@ -13,8 +13,8 @@ from airflow_client.client.api.version_api import VersionApi
 from airflow_client.client.api.x_com_api import XComApi
 
 from app import __version__
-from tests.airflow import scenario
-from tests.airflow.scenario import DAG, RUN
+from tests.support.airflow import scenario
+from tests.support.airflow.scenario import DAG, RUN
 from tests.support.api import Operator
 
 

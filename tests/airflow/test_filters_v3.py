@@ -1,5 +1,5 @@
 """Every filter /api/v2 honours, driven through the official 3.x client against runs in mixed
-states (tests/airflow/mixed.py): the exact set each returns, and the order order_by asks for."""
+states (tests/support/airflow/mixed.py): the exact set each returns, and the order order_by asks for."""
 
 from datetime import timedelta
 
@@ -13,8 +13,8 @@ from airflow_client.client.api.task_instance_api import TaskInstanceApi
 from airflow_client.client.models.dag_runs_batch_body import DAGRunsBatchBody
 from airflow_client.client.models.task_instances_batch_body import TaskInstancesBatchBody
 
-from tests.airflow import mixed
-from tests.airflow.mixed import SHOWN, keys, shown
+from tests.support.airflow import mixed
+from tests.support.airflow.mixed import SHOWN, keys, shown
 from tests.support.api import Operator
 
 ALL = set(SHOWN)

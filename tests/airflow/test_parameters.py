@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 
 from app.airflow import v1, v2
 from app.main import create_app
-from tests.airflow.conftest import run_in_airflow2
+from tests.support.airflow import run_in_airflow2
 from tests.support.api import task
 from tests.support.settings import app_settings
 

@@ -9,10 +9,10 @@ import jwt
 import pytest
 
 from app.auth.tokens import KeyRing, mint
-from tests.auth.test_attempt_tokens import attempt_token, decoded
 from tests.support.api import Worker, assert_problem, bearer, json_of, task, ti_ids
 from tests.support.scrape import sample
 from tests.support.settings import JWT_SECRET
+from tests.support.tokens import attempt_token, decoded
 
 KEYS = KeyRing("k1", {"k1": JWT_SECRET})
 OPERATOR = {"sub": "admin", "scope": "operator"}

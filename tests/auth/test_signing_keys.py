@@ -22,6 +22,7 @@ from app.main import create_app
 from tests.support.api import Operator, Worker, assert_problem, bearer, task
 from tests.support.servers import LiveServer
 from tests.support.settings import JWT_SECRET, app_settings
+from tests.support.startup import refused, serve
 
 ALGORITHMS = ["EdDSA", "ES256"]
 
@@ -109,14 +110,10 @@ class TestKeySettings:
         ({"FENCELINE_JWT_ACCEPTED_PUBLIC_KEYS": '["not a key"]'}, "FENCELINE_JWT_ACCEPTED_PUBLIC_KEYS"),
     ])
     def test_a_bad_key_setting_is_one_line_and_status_2_without_the_key(self, tmp_path, env, says):
-        from tests.test_startup import refused, serve
-
         line = refused(serve(tmp_path, **env), 2, says)
         assert "bm90IGEga2V5" not in line
 
     def test_a_key_of_another_algorithm_than_named_is_refused(self, tmp_path):
-        from tests.test_startup import refused, serve
-
         line = refused(serve(tmp_path, FENCELINE_JWT_ALGORITHM="ES256", FENCELINE_JWT_SIGNING_KEY=generate("EdDSA")),
                        2, "FENCELINE_JWT_SIGNING_KEY", "EdDSA")
         assert "PRIVATE" not in line

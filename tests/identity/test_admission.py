@@ -2,8 +2,8 @@
 
 import uuid
 
-from tests.identity.checks import refused
 from tests.support.api import admission_body, assert_problem, kube_target
+from tests.support.identity import refused
 
 
 class TestAdmit:

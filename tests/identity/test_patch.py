@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.identity.checks import refused
 from tests.support.api import kube_target
+from tests.support.identity import refused
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,7 +1,7 @@
 """The seat projection: its read, the plain writer, its drop, and the resume compare-and-swap."""
 
-from tests.identity.checks import refused
 from tests.support.api import kube_target
+from tests.support.identity import refused
 
 PLAIN = {"swarm": "etl", "role": "loader", "labels": {"team": "a"}}
 

@@ -7,10 +7,11 @@ import sys
 
 import yaml
 
-from tests.launcher.cluster import NEVER_PULLS
-from tests.launcher.conftest import REPO, image_task, settled, wait_until
+from tests.support.agents import REPO, settled
 from tests.support.api import Operator, json_of
+from tests.support.kubernetes import NEVER_PULLS, image_task
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
 
 
 def one_pod(cluster, what: str = "the Pod") -> dict:

@@ -24,8 +24,8 @@ from app.launcher.pod import (
 )
 from app.launcher.runner import stamp_order, teardown
 from app.telemetry.traceparent import run_traceparent
-from tests.launcher.cluster import IMAGE, NAMESPACE
-from tests.launcher.conftest import REPO
+from tests.support.agents import REPO
+from tests.support.kubernetes import IMAGE, NAMESPACE
 
 TI = str(uuid.uuid4())
 

@@ -11,9 +11,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.launcher.conftest import image_task, settled, wait_until
+from tests.support.agents import settled
 from tests.support.api import Operator
+from tests.support.kubernetes import image_task
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 
 def overlap(port: int) -> dict[str, float]:

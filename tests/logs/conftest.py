@@ -8,8 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.logs.stores.base import LogStore
-
-STORES = ["file", "database", "s3"]
+from tests.support.logs import STORES
 
 
 @pytest.fixture(params=STORES)

@@ -12,8 +12,8 @@ from app.logs import stores
 from app.logs.copy import copy_logs
 from app.logs.stores.file import FileLogStore
 from app.main import create_app
-from tests.logs.conftest import STORES
 from tests.support.api import Worker
+from tests.support.logs import STORES
 from tests.support.servers import FENCELINE, START_TIMEOUT, clean_env
 from tests.support.settings import TEST_DATA_DIR, app_settings
 from tests.support.terminal import stderr_on_terminal

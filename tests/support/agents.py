@@ -1,4 +1,7 @@
-"""`fenceline worker` as a child process, and the tasks it runs."""
+"""`fenceline worker` and `fenceline launcher` as child processes, and the tasks they run.
+
+The agents talk HTTP only, so their tests run on SQLite alone: every server-side rule they
+touch is tested on both databases elsewhere."""
 
 import json
 import signal
@@ -8,7 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.waiting import wait_until
+
 REPO = Path(__file__).resolve().parents[2]
+SQLITE_ONLY = "worker processes talk HTTP only; covered on SQLite"
 
 
 class WorkerProcess:
@@ -42,6 +48,28 @@ class WorkerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
+
+
+class LauncherProcess(WorkerProcess):
+    """`fenceline launcher` as a child process (the worker's: its output, kill and stop)."""
+
+    def __init__(self, server_url: str, kubeconfig: Path, seat: str, state_dir: Path, env: dict[str, str],
+                 *flags: str) -> None:
+        self.seat, self.state_dir = seat, state_dir
+        self.log_path = state_dir.with_name(f"{state_dir.name}-{time.monotonic_ns()}.log")
+        args = ["--server", server_url, "--seat", seat, "--state-dir", str(state_dir), "--kubeconfig", str(kubeconfig),
+                "--heartbeat-interval", "0.2", "--poll-interval", "0.1",
+                # A short claim wait: the server holds a waiting claim of a killed launcher to its end.
+                "--claim-wait", "1", *flags]
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "app.cli", "launcher", *args], cwd=REPO, env=env,
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def settled(operator: Any, task_id: str = "t", timeout: float = 30) -> dict[str, Any]:
+    """The task instance once it is finished (success, failed, infra_failed)."""
+    return wait_until(lambda: (t := operator.find_ti(task_id))["state"] in ("success", "failed", "infra_failed")
+                      and t, f"{task_id} to finish", timeout)
 
 
 def python_task(task_id: str, program: str, *args: str, **fields: Any) -> dict[str, Any]:

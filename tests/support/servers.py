@@ -7,6 +7,8 @@ import pty
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,9 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from app.main import create_app
 from tests.support.ports import free_port
+from tests.support.settings import app_settings
 from tests.support.waiting import wait_until, wait_until_serving
 
 # The installed console command, as a user runs it.
@@ -81,6 +85,17 @@ class LiveServer:
     def idle(self) -> bool:
         """Whether no request is being served now."""
         return not self.server.server_state.tasks
+
+
+@contextmanager
+def live_servers(db_url: str) -> Iterator[Callable[..., LiveServer]]:
+    """A starter of live servers on `db_url` with setting overrides (on `port`, to bring one back
+    after a stop); every server it started is stopped when the block ends."""
+    with ExitStack() as running:
+        def start(port: int | None = None, **overrides: Any) -> LiveServer:
+            return running.enter_context(LiveServer(create_app(app_settings(db_url, **overrides)), port))
+
+        yield start
 
 
 def clean_env(data_dir: Path | None = None) -> dict[str, str]:

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.support.api import Worker, assert_stale, task, ti_ids
-from tests.ui.pages import texts, ui_login
+from tests.support.pages import texts, ui_login
 
 
 def csrf_of(html: str) -> str:

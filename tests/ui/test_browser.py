@@ -20,7 +20,7 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.support.api import ADMIN_PASSWORD, Operator, Worker, task, ti_ids
-from tests.ui.pages import CHROMEDRIVER, CHROMIUM, chrome, fence_run, infra_fault_then_success
+from tests.support.pages import CHROMEDRIVER, CHROMIUM, chrome, fence_run, infra_fault_then_success
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 

@@ -6,7 +6,7 @@ from sqlalchemy import Engine, update
 
 from app.orchestration.models import DagRun, TaskInstance
 from tests.support.api import Worker, task
-from tests.ui.pages import texts, ui_login
+from tests.support.pages import texts, ui_login
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>\'"&'
 ESCAPED = "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&#39;&#34;&amp;"

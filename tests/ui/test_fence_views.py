@@ -4,7 +4,7 @@ the fleet and the runs page's charts, each on a run made through the API."""
 from typing import Any
 
 from tests.support.api import Worker, task
-from tests.ui.pages import fence_run, texts, ui_login
+from tests.support.pages import fence_run, texts, ui_login
 
 
 def row(html: str, ti_id: str) -> str:

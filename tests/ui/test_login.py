@@ -2,7 +2,7 @@
 
 from app.ui.access import COOKIE
 from tests.support.api import ADMIN_PASSWORD
-from tests.ui.pages import texts, ui_login
+from tests.support.pages import texts, ui_login
 
 PAGES = ["/ui/runs", "/ui/runs/dag/run", "/ui/runs/dag/run?view=graph", "/ui/runs/dag/run?view=timeline",
          "/ui/seats", "/ui/seats/etl-worker-1", "/ui/pools",

@@ -6,7 +6,7 @@ from sqlalchemy import Engine, event
 
 from app.ui import views
 from tests.support.api import Worker, task
-from tests.ui.pages import infra_fault_then_success, texts, ui_login
+from tests.support.pages import infra_fault_then_success, texts, ui_login
 
 REFRESH = '<meta http-equiv="refresh"'
 

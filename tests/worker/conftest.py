@@ -1,26 +1,20 @@
 """Real worker processes (`python -m app.cli worker`) against a real server on a loopback port.
 
-The worker is an HTTP client only, so these tests run on SQLite alone: PostgreSQL adds nothing
-to what they check, and every server-side rule they touch is tested on both elsewhere.
+The worker is an HTTP client only, so these tests run on SQLite alone (tests/support/agents.py).
 """
 
 import os
 import signal
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.main import create_app
 from app.worker.process import group_alive
-from tests.support.agents import WorkerProcess
+from tests.support.agents import SQLITE_ONLY, WorkerProcess
 from tests.support.api import ADMIN_PASSWORD
-from tests.support.servers import LiveServer, clean_env
-from tests.support.settings import app_settings
-
-SQLITE_ONLY = "worker processes talk HTTP only; covered on SQLite"
+from tests.support.servers import LiveServer, clean_env, live_servers
 
 
 @pytest.fixture
@@ -38,10 +32,7 @@ def serve(db_url: str, engine: Any) -> Iterator[Callable[..., LiveServer]]:
     back after a stop); stopped at teardown. SQLite only: see the module docstring."""
     if not db_url.startswith("sqlite"):
         pytest.skip(SQLITE_ONLY)
-    with ExitStack() as running:
-        def start(port: int | None = None, **overrides: Any) -> LiveServer:
-            return running.enter_context(LiveServer(create_app(app_settings(db_url, **overrides)), port))
-
+    with live_servers(db_url) as start:
         yield start
 
 

@@ -3,15 +3,21 @@
 
 import json
 
+import pytest
+
 from app.telemetry.traceparent import w3c_trace_id
 from tests.support.agents import python_task
 from tests.support.api import Operator
 from tests.support.otlp import OtlpReceiver
+from tests.support.tracing import EXPORTER, TRACE, catch_spans
 from tests.support.waiting import wait_until
-from tests.test_tracing import EXPORTER, TRACE
-from tests.test_tracing import _provider as provider  # noqa: F401  (the in-memory exporter)
 
 PRINTS_TRACEPARENT = "import os; print('traceparent', os.environ['TRACEPARENT'])"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _provider() -> None:
+    catch_spans()
 
 
 class TestTrace:

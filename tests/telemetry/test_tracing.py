@@ -6,25 +6,19 @@ from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from app.telemetry.traceparent import run_traceparent, traceparent, w3c_trace_id
 from tests.support.api import Operator, Worker, json_of, task
+from tests.support.tracing import EXPORTER, TRACE, catch_spans
 
-EXPORTER = InMemorySpanExporter()
-TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _provider() -> None:
-    """The process's tracer provider (set once per process, as OpenTelemetry allows)."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        trace.set_tracer_provider(provider)
+    catch_spans()
 
 
 @pytest.fixture

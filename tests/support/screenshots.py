@@ -1,7 +1,7 @@
-"""Screenshots of the dashboard's views for docs/dashboard.md: `python -m tests.ui.screenshots`.
+"""Screenshots of the dashboard's views for docs/dashboard.md: `python -m tests.support.screenshots`.
 
 A real server (uvicorn in this process) on a throw-away SQLite database, the run of
-tests/ui/pages.py `fence_run` and bench/dashboard.py's run of 200 task instances with 1,000
+tests/support/pages.py `fence_run` and bench/dashboard.py's run of 200 task instances with 1,000
 epochs, both driven through the API, and Debian's headless Chromium. Writes
 docs/img/dashboard-*.png (about a minute); run it again after changing a page.
 """
@@ -19,9 +19,9 @@ from app.main import create_app
 from app.ops.migrate import upgrade
 from bench.dashboard import make_run
 from tests.support.api import ADMIN_PASSWORD, Operator, kube_target
+from tests.support.pages import chrome, fence_run
 from tests.support.servers import LiveServer
 from tests.support.settings import app_settings
-from tests.ui.pages import chrome, fence_run
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "img"
 WIDTH = 1400

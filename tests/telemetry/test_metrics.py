@@ -243,7 +243,7 @@ def test_the_grafana_dashboard_graphs_metrics_the_server_exposes(operator):
     import re
     from pathlib import Path
 
-    dashboard = json.loads((Path(__file__).resolve().parents[1] / "deploy/grafana/fenceline.json").read_text())
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "deploy/grafana/fenceline.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {re.sub(r"_(total|bucket|count|sum)$", "", name)
             for e in exprs for name in re.findall(r"\b(?:fenceline_\w+|execution_identity_conflicts_total)\b", e)}

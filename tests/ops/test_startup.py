@@ -14,26 +14,9 @@ from sqlalchemy import make_url
 
 from app import __version__
 from app.config import Settings
-from tests.support.ports import free_port
 from tests.support.servers import FENCELINE, START_TIMEOUT, Served, clean_env
+from tests.support.startup import refused, serve
 from tests.support.tcp_proxy import TcpProxy
-
-
-def serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*FENCELINE, "serve", "--port", str(free_port()), *args], cwd=tmp_path,
-                          env={**clean_env(tmp_path / "data"), **env}, capture_output=True, text=True,
-                          timeout=START_TIMEOUT)
-
-
-def refused(done: subprocess.CompletedProcess, status: int, *named: str) -> str:
-    """The one line a refusal prints on stderr, with `status`, naming each of `named`."""
-    assert done.returncode == status, done.stdout + done.stderr
-    (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("fenceline: ") and "Traceback" not in done.stderr
-    for text in named:
-        assert text in line, line
-    assert "listening on" not in done.stdout + done.stderr
-    return line
 
 
 def test_version():

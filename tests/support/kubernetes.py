@@ -45,6 +45,7 @@ KUBELET_CONFIRMS = "fenceline.test/kubelet-confirms-stop"
 NAMESPACE = "tasks"
 NEVER_PULLS = "fenceline.test/never-pulls"
 IMAGE = "fenceline.test/script"
+QUEUE = "kubernetes"
 
 
 def now_rfc3339() -> str:
@@ -396,3 +397,9 @@ class Kubelet:
         self.terminate(name, 137, "Error", pod_status={
             "phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory.",
             "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}]})
+
+
+def image_task(task_id: str, *script: str, **fields: Any) -> dict[str, Any]:
+    """A task of the kubernetes queue whose Pod runs `script` in the test kubelet."""
+    return {"task_id": task_id, "payload": {"image": IMAGE, "args": list(script)}, "queue": QUEUE,
+            "retry_delay": 0, **fields}

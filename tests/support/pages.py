@@ -1,5 +1,5 @@
 """Helpers for the dashboard tests: logging in through the form, reading pages, driving a run,
-and the headless Chromium that the browser test and tests/ui/screenshots.py drive."""
+and the headless Chromium that the browser test and tests/support/screenshots.py drive."""
 
 import shutil
 from dataclasses import dataclass
