@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, exists, select, update
 from sqlmodel import Session
 
+from app.auth.attempt_key import ATTEMPT_FIELDS
 from app.db.dialect import Dialect, dialect_of
 from app.db.types import UTCDateTime, utcnow
 from app.errors import AppError
@@ -70,8 +71,8 @@ def work_ready(*, session: Session | Connection, execution_id: uuid.UUID, queues
 
 # What a claim answers of each claimed row: its WorkItem's payload and correlation (the run's
 # tenant is copied on the task instance; its trace is read in the same statement).
-CLAIMED_COLUMNS = (TI.c.id, TI.c.dag_run_id, TI.c.dag_id, TI.c.run_id, TI.c.task_id, TI.c.map_index, TI.c.payload,
-                   TI.c.try_number, TI.c.attempt_epoch, TI.c.execution_id, TI.c.tenant_id,
+CLAIMED_COLUMNS = (TI.c.id, TI.c.dag_run_id, *(TI.c[name] for name in ATTEMPT_FIELDS), TI.c.payload,
+                   TI.c.execution_id, TI.c.tenant_id,
                    select(RUNS.c.trace_id).where(RUNS.c.id == TI.c.dag_run_id).scalar_subquery().label("trace_id"))
 _NOW = bindparam("now", type_=UTCDateTime())
 

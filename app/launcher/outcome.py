@@ -9,11 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from app.launcher.pod import CONTAINER
+from app.telemetry.reasons import INFRA_REASONS  # the ones a termination message may name
 from app.worker.process import Outcome
 
-# The infrastructure reasons of contract 2.4 a termination message may name.
-INFRA_REASONS = ("evicted", "oom_killed", "node_lost", "deadline_exceeded", "agent_lost", "dispatch_lost",
-                 "worker_lost", "dispatch_failed")
 # Waiting reasons the kubelet will not get past by trying again: the Pod never starts.
 NEVER_STARTS = ("InvalidImageName", "ErrImageNeverPull")
 # DisruptionTarget reasons that mean the node went away, not that the Pod was pushed off it.
