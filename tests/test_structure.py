@@ -251,10 +251,10 @@ def test_the_claim_route_translates_http_and_the_claim_lives_in_execution():
 def test_the_retry_policy_is_built_in_orchestration_once():
     """The application builds the retry policy at its start with orchestration's constructor and
     hands it down; execution passes on what it was given (the agents' own Backoff is not it)."""
-    assert [m for m in MODULES if "Backoff.from_settings(" in source(m)] == ["app.main"]
+    assert [m for m in MODULES if "InfraBackoff.from_settings(" in source(m)] == ["app.main"]
     for module in MODULES:
         if not module.startswith(("app.orchestration", "app.worker", "app.launcher")):
-            assert "Backoff(" not in source(module), f"{module} builds a retry policy"
+            assert "InfraBackoff(" not in source(module), f"{module} builds a retry policy"
 
 
 def _literals(module: str) -> list[set[str]]:

@@ -194,7 +194,7 @@ def get_try(session: Session, ti: TaskInstance, try_number: int) -> TryView:
                     f"`{ti.task_id}`, map_index: `{ti.map_index}` and try_number: `{try_number}` was not found")
 
 
-def try_log(session: Session, store: LogStore, ti: TaskInstance, try_number: int) -> TryLog:
+def get_try_log(session: Session, store: LogStore, ti: TaskInstance, try_number: int) -> TryLog:
     """The try's log; 404 "TaskInstance not found" (Airflow's words) for a try that never was."""
     try:
         return logs.try_log(session=session, store=store, ti=ti, try_number=try_number)

@@ -243,7 +243,7 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, se
     """A try's log: JSON pages (`content` text, `continuation_token` always a string), or the
     whole log as text/plain (Airflow 2 prefers text/plain for `*/*`)."""
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
-    log = service.try_log(session, store, ti, task_try_number)
+    log = service.get_try_log(session, store, ti, task_try_number)
     media = paging.preferred(accept, ["text/plain", "application/json"], default="application/json")
     if media == "text/plain":
         return paging.answer(session, store, lambda reader: paging.batched(

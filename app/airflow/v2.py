@@ -244,7 +244,7 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
         return JSONResponse({"detail": "Only application/json or application/x-ndjson is supported"}, status_code=406)
     ndjson = first.startswith("application/x-ndjson")
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
-    log = service.try_log(session, store, ti, try_number)
+    log = service.get_try_log(session, store, ti, try_number)
     start = paging.start_position(installation(request).keyring, token, ti.id, try_number, log)
     win = paging.window(store.within(session), log, start, full=full_content or ndjson)
     next_token = win.token(installation(request).keyring, ti.id, try_number)

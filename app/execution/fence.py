@@ -25,7 +25,7 @@ from app.execution.schemas import Report
 from app.orchestration import states as s
 from app.orchestration.cas import TI, from_sources, lock_run_of
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, requeue, settle_success
+from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome, requeue, settle_success
 from app.orchestration.states import AttemptState
 
 # What the fence reads of a row and answers: the attempt's identity and state, and the names
@@ -164,7 +164,7 @@ def heartbeats(*, session: Session, tokens: list[AttemptClaims], now: datetime |
             else _stale(t, current.get(t.ti_id)) for t in tokens]
 
 
-def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
+def report(*, session: Session, key: AttemptKey, body: Report, backoff: InfraBackoff,
            now: datetime | None = None, run_locked: bool = False) -> TaskInstance | Row:
     """Apply a report on attempt `key` under the settle rule. Repeating a report that was
     already applied to this very attempt (a journaled outcome re-delivered) answers as before.

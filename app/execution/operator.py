@@ -40,10 +40,10 @@ def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR) -> TaskIn
     return cleared
 
 
-def mark(*, session: Session, ti: TaskInstance, state: s.State) -> TaskInstance | None:
-    """orchestration.operator.mark; an in-flight attempt's record ends as `marked_success` or `marked_failed`."""
+def mark_state(*, session: Session, ti: TaskInstance, state: s.State) -> TaskInstance | None:
+    """orchestration.operator.mark_state; an in-flight attempt's record ends as `marked_success` or `marked_failed`."""
     fenced = _fenced(ti)
-    marked = operator.mark(session=session, ti=ti, state=state)
+    marked = operator.mark_state(session=session, ti=ti, state=state)
     if marked is not None and fenced:
         update_attempt(session, fenced, state=AttemptState(f"marked_{state}"),
                        reason=f"marked {state} by an operator", ended_at=utcnow())

@@ -16,7 +16,7 @@ from app.db.types import utcnow
 from app.orchestration import states as s
 from app.orchestration.cas import NEW_EXECUTION, NO_FAILURE, cas, lock_run
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, archive_try, settled
+from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome, archive_try, settled
 from app.orchestration.readiness import refresh_run
 from app.orchestration.states import Rail
 
@@ -45,7 +45,8 @@ def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR,
     return session.get(TaskInstance, cleared.id, populate_existing=True)  # readiness may have scheduled it
 
 
-def mark(*, session: Session, ti: TaskInstance, state: s.State, now: datetime | None = None) -> TaskInstance | None:
+def mark_state(*, session: Session, ti: TaskInstance, state: s.State,
+               now: datetime | None = None) -> TaskInstance | None:
     """An operator's verdict: -> success or failed, new epoch (any in-flight worker is told to
     terminate), try archived. Success shows no failure; failed records an application failure
     with reason `marked_failed`."""
@@ -88,7 +89,7 @@ def skip(*, session: Session, ti: TaskInstance, now: datetime | None = None) -> 
 
 
 REPLACED = Outcome("unexecutable", "operator_replaced")
-AT_ONCE = Backoff(0, 0)  # re-place *now*: no back-off
+AT_ONCE = InfraBackoff(0, 0)  # re-place *now*: no back-off
 
 
 def replace(*, session: Session, ti: TaskInstance, now: datetime | None = None) -> TaskInstance | None:

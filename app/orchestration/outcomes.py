@@ -7,7 +7,7 @@ flight, the hot path, is one guarded statement (settle_success) that on PostgreS
 the try (docs/performance.md: with the attempt record that rides along, a success went from six
 database round trips to four); both archive statements write the same columns (archived), and
 tests/orchestration/test_success_paths.py holds the two success paths to the same rows on both
-databases. The retry policy (Backoff) is built once from the settings at the application's
+databases. The retry policy (InfraBackoff) is built once from the settings at the application's
 start and handed down to the rails. Every move to a state claimable at a later
 `next_eligible_at` announces it in the same transaction.
 """
@@ -44,14 +44,14 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Backoff:
+class InfraBackoff:
     """Exponential back-off for infra re-places: min(cap, base * 2**n), with equal jitter."""
 
     base_seconds: float = 5.0
     cap_seconds: float = 300.0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "Backoff":
+    def from_settings(cls, settings: Any) -> "InfraBackoff":
         """The settings' retry policy: built once, at the application's start (app/main.py)."""
         return cls(settings.infra_backoff_base_seconds, settings.infra_backoff_cap_seconds)
 
@@ -111,7 +111,7 @@ def settled(session: Session, ti: TaskInstance | None, archived_state: str | Non
 
 
 def apply_outcome(
-    *, session: Session, ti: TaskInstance, outcome: Outcome, backoff: Backoff, now: datetime | None = None,
+    *, session: Session, ti: TaskInstance, outcome: Outcome, backoff: InfraBackoff, now: datetime | None = None,
     within: Rail | None = None, locked: bool = False,
 ) -> TaskInstance | None:
     """Route one attempt's outcome from the state `ti` was read in.

@@ -84,7 +84,7 @@ def apply_ti(*, session: Session, action: TaskAction, ti_id: uuid.UUID) -> None:
     if action == "clear":
         operator.require_moved(operator.clear(session=session, ti=ti))
     else:
-        operator.require_moved(operator.mark(session=session, ti=ti,
+        operator.require_moved(operator.mark_state(session=session, ti=ti,
                                              state=s.SUCCESS if action == "mark-success" else s.FAILED))
 
 

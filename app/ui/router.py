@@ -192,8 +192,8 @@ def task_instance(request: Request, ti_id: uuid.UUID, session: SessionDep, opera
 
 
 @router.get("/task-instances/{ti_id}/tries/{try_number}/log")
-def try_log(request: Request, ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
-            operator: UiOperatorDep) -> Response:
+def try_log_page(request: Request, ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
+                 operator: UiOperatorDep) -> Response:
     view = views.log_page(session=session, store=store, ti_id=ti_id, try_number=try_number)
     return page(request, "log.html", operator=operator, view=view, ti=view.ti)
 

@@ -19,13 +19,13 @@ from app.execution import dispatch, fence, operator, reapers
 from app.execution.schemas import Report
 from app.orchestration import states as s
 from app.orchestration.models import TaskInstance
-from app.orchestration.operator import cancel, clear, mark, skip
-from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, requeue
+from app.orchestration.operator import cancel, clear, mark_state, skip
+from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome, requeue
 from app.orchestration.promotion import promote
 from app.orchestration.readiness import refresh_run
 from tests.support.api import Worker, task, ti_ids
 
-NO_BACKOFF = Backoff(0, 0)
+NO_BACKOFF = InfraBackoff(0, 0)
 
 
 @dataclass
@@ -83,9 +83,9 @@ SPECS: dict[str, tuple[str, str, dict[str, Any], Callable[[Session, TaskInstance
     "clear": ("t", s.RUNNING, {}, lambda session, ti, case: clear(session=session, ti=ti), s.NONE),
     "clear_failed": ("t", s.RUNNING, {}, lambda session, ti, case: operator.clear_failed(
         session=session, dag_run_id=case.dag_run_id), s.NONE),
-    "mark_success": ("a", s.RUNNING, {}, lambda session, ti, case: mark(session=session, ti=ti, state=s.SUCCESS),
+    "mark_success": ("a", s.RUNNING, {}, lambda session, ti, case: mark_state(session=session, ti=ti, state=s.SUCCESS),
                      s.SUCCESS),
-    "mark_failed": ("a", s.RUNNING, {}, lambda session, ti, case: mark(session=session, ti=ti, state=s.FAILED),
+    "mark_failed": ("a", s.RUNNING, {}, lambda session, ti, case: mark_state(session=session, ti=ti, state=s.FAILED),
                     s.FAILED),
     "cancel": ("a", s.RUNNING, {}, lambda session, ti, case: cancel(session=session, ti=ti), s.FAILED),
     "skip": ("a", s.RUNNING, {}, lambda session, ti, case: skip(session=session, ti=ti), s.SKIPPED),

@@ -16,7 +16,7 @@ from app.db.types import utcnow
 from app.orchestration import states as s
 from app.orchestration.cas import HISTORY, RUNS, TI, lock_run_of
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, settle_success
+from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome, settle_success
 from tests.support.api import task
 
 # name -> (the run's tasks, the state each task but "a" is put in, the states a success of "a"
@@ -77,7 +77,7 @@ def _hot_path(engine: Engine, ti_id: uuid.UUID, now: datetime) -> None:
 def _general_rails(engine: Engine, ti_id: uuid.UUID, now: datetime) -> None:
     with Session(engine) as session:
         ti = session.get(TaskInstance, ti_id)
-        assert apply_outcome(session=session, ti=ti, outcome=Outcome("success"), backoff=Backoff(0, 0),
+        assert apply_outcome(session=session, ti=ti, outcome=Outcome("success"), backoff=InfraBackoff(0, 0),
                              now=now) is not None
         session.commit()
 
