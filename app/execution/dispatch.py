@@ -132,7 +132,7 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
 def promote_due(session: Session, now: datetime | None = None) -> None:
     """The time-driven rails whose wait is over, as a claim takes them first: in a transaction of
     their own, which holds no other lock (claims.Claims._promote)."""
-    promote_eligible(session=session, now=now or utcnow(), skip_locked=not dialect_of(session).one_writer)
+    promote_eligible(session=session, now=now or utcnow(), skip_locked=not dialect_of(session).writers_take_turns)
 
 
 def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], queues: Sequence[str],

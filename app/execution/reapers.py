@@ -184,7 +184,7 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: InfraBackoff, no
             marked[candidate.reason] = marked.get(candidate.reason, 0) + 1
     # Promotion locks task instances without their runs, so it comes after the marks (which
     # lock runs first): a sweep never waits for a run while holding a task instance.
-    promote_eligible(session=session, now=now, skip_locked=not dialect.one_writer)
+    promote_eligible(session=session, now=now, skip_locked=not dialect.writers_take_turns)
     if retention is not None and (removed := retention.sweep(session=session, now=now)):
         log.info("retention removed the logs of %d runs", removed)
     for reason, count in marked.items():  # counted once the sweep is through (not when run again)
@@ -216,7 +216,7 @@ class ReaperThread:
         leader: Connection | None = None  # PostgreSQL: the connection holding the leader lock
         while not self.stop_event.wait(self.settings.reaper_interval_seconds):
             try:
-                if not dialect_of(self.engine).one_writer and (leader := self._lead(leader)) is None:
+                if not dialect_of(self.engine).writers_take_turns and (leader := self._lead(leader)) is None:
                     continue  # another process sweeps
                 with Session(self.engine) as session:
                     def swept() -> dict[str, int] | None:

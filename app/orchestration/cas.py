@@ -112,7 +112,7 @@ def lock_runs(session: Session, dag_run_ids: Iterable[uuid.UUID] = (), *,
     instance, nor takes two runs in another order than a path like it. (SQLite's writers take
     turns: nothing to lock.)"""
     dialect = dialect_of(session)
-    if dialect.one_writer:
+    if dialect.writers_take_turns:
         return
     runs, ids = list(dag_run_ids), list(of)
     if runs:
