@@ -9,11 +9,9 @@ from fastapi import Depends, Header, Request
 from fastapi.responses import Response
 
 from app import __version__
-from app.airflow import listing, service
-from app.airflow import logs as paging
-from app.airflow.absent import MAP_INDEX, add_absent_routes
-from app.airflow.params import MAX_PAGE, honouring, refusing
-from app.airflow.queries import (
+from app.airflow import listing, logs, service
+from app.airflow.absent_resources import MAP_INDEX, add_absent_routes
+from app.airflow.list_params import (
     NO_FIELDS,
     DagRunsBatchBodyV1,
     DagRunsQueryV1,
@@ -25,6 +23,7 @@ from app.airflow.queries import (
     TasksQueryV1,
     TriesQueryV1,
 )
+from app.airflow.params import MAX_PAGE, honouring, refusing
 from app.airflow.service import WILDCARD
 from app.airflow.v1_schemas import (
     DAG,
@@ -244,20 +243,20 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, se
     whole log as text/plain (Airflow 2 prefers text/plain for `*/*`)."""
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
     log = service.get_try_log(session, store, ti, task_try_number)
-    media = paging.preferred(accept, ["text/plain", "application/json"], default="application/json")
+    media = logs.preferred(accept, ["text/plain", "application/json"], default="application/json")
     if media == "text/plain":
-        return paging.answer(session, store, lambda reader: paging.batched(
-            paging.text_chunks(reader, log, 0, log.size)), log.size, "text/plain; charset=utf-8")
-    start = paging.start_position(installation(request).keyring, token, ti.id, task_try_number, log)
-    win = paging.window(store.within(session), log, start, full=full_content)
+        return logs.answer(session, store, lambda reader: logs.batched(
+            logs.text_chunks(reader, log, 0, log.size)), log.size, "text/plain; charset=utf-8")
+    start = logs.start_position(installation(request).keyring, token, ti.id, task_try_number, log)
+    win = logs.window(store.within(session), log, start, full=full_content)
     # Airflow 2 always answers a token; at the end of a finished log it reads as "nothing more".
     next_token = tokens.sign_cursor(installation(request).keyring, ti.id, task_try_number, win.end)
 
     def body(reader: LogStore) -> Iterator[bytes]:
-        return paging.batched(part for parts in (
-            ['{"content":"'], paging.json_string_stream(reader, log, win.start, win.end),
+        return logs.batched(part for parts in (
+            ['{"content":"'], logs.json_string_stream(reader, log, win.start, win.end),
             ['","continuation_token":"' + next_token + '"}']) for part in parts)
-    return paging.answer(session, store, body, win.end - win.start, "application/json")
+    return logs.answer(session, store, body, win.end - win.start, "application/json")
 
 
 @router.get(TI + "/{task_id}/" + MAP_INDEX)

@@ -9,12 +9,10 @@ from fastapi import Depends, Header, Path, Request
 from fastapi.responses import JSONResponse, Response
 
 from app import __version__
-from app.airflow import listing, service
-from app.airflow import logs as paging
-from app.airflow.absent import MAP_INDEX, add_absent_routes
+from app.airflow import listing, logs, service
+from app.airflow.absent_resources import MAP_INDEX, add_absent_routes
 from app.airflow.filters import bad_request
-from app.airflow.params import honouring
-from app.airflow.queries import (
+from app.airflow.list_params import (
     DAGRunsBatchBody,
     DagRunsQuery,
     DagsQuery,
@@ -25,6 +23,7 @@ from app.airflow.queries import (
     TaskInstancesQuery,
     TasksQuery,
 )
+from app.airflow.params import honouring
 from app.airflow.service import WILDCARD
 from app.airflow.v2_schemas import (
     BaseInfoResponse,
@@ -245,17 +244,17 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
     ndjson = first.startswith("application/x-ndjson")
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
     log = service.get_try_log(session, store, ti, try_number)
-    start = paging.start_position(installation(request).keyring, token, ti.id, try_number, log)
-    win = paging.window(store.within(session), log, start, full=full_content or ndjson)
+    start = logs.start_position(installation(request).keyring, token, ti.id, try_number, log)
+    win = logs.window(store.within(session), log, start, full=full_content or ndjson)
     next_token = win.token(installation(request).keyring, ti.id, try_number)
     size = win.end - win.start
     if ndjson:
         headers = {"Airflow-Continuation-Token": next_token} if next_token else None
-        return paging.answer(session, store, lambda reader: paging.batched(
-            part + b"\n" for part in paging.structured_parts(reader, log, win.start, win.end, b"\n")),
+        return logs.answer(session, store, lambda reader: logs.batched(
+            part + b"\n" for part in logs.structured_parts(reader, log, win.start, win.end, b"\n")),
             size, "application/x-ndjson", headers)
-    return paging.answer(session, store, lambda reader: paging.batched(_json_log(
-        paging.structured_parts(reader, log, win.start, win.end, b","), next_token)), size, "application/json")
+    return logs.answer(session, store, lambda reader: logs.batched(_json_log(
+        logs.structured_parts(reader, log, win.start, win.end, b","), next_token)), size, "application/json")
 
 
 def _json_log(parts: Iterator[bytes], next_token: str | None) -> Iterator[bytes]:

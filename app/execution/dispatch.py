@@ -16,7 +16,7 @@ from app.db.types import UTCDateTime, utcnow
 from app.errors import AppError
 from app.execution.attempts import open_attempts, opening
 from app.identity.models import Execution
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.cas import NEW_EXECUTION, RUNS, TI, from_sources, moved_to
 from app.orchestration.promotion import promote_eligible
 from app.orchestration.routes import DEFAULT_QUEUE
@@ -80,8 +80,8 @@ _NOW = bindparam("now", type_=UTCDateTime())
 def _claiming(chosen: Any) -> Any:
     """The claim rail for the `chosen` rows, only while the claiming execution is current (the
     same check as require_current_execution, in the statement that claims)."""
-    return (update(TI).where(chosen, from_sources(s.CLAIM), IS_CURRENT)
-            .values(**moved_to(s.CLAIM, _NOW), queued_at=_NOW, next_eligible_at=None,
+    return (update(TI).where(chosen, from_sources(states.CLAIM), IS_CURRENT)
+            .values(**moved_to(states.CLAIM, _NOW), queued_at=_NOW, next_eligible_at=None,
                     **{**NEW_EXECUTION, "execution_id": bindparam("claimer")})
             .returning(*CLAIMED_COLUMNS))
 
