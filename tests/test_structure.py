@@ -296,3 +296,21 @@ def test_the_attempt_identity_is_declared_once():
     types = AttemptIdentity.__annotations__
     assert all(Correlation.model_fields[name].annotation is types[name] for name in ATTEMPT_FIELDS)
     assert Correlation.model_fields["ti_id"].annotation is types["id"]
+
+
+# Class names two modules of app/ still share: each a rename left to a later change.
+SHARED_CLASS_NAMES = {"Refused", "Bar", "Try", "Candidate"}
+
+
+def test_a_name_names_one_thing():
+    """One class per name across app/ (the Airflow wire schemas mirror Airflow's names, so are
+    left out), and one try_log: the logs domain's; the faces' wrappers say what they add."""
+    homes: dict[str, list[str]] = {}
+    for module in MODULES:
+        if module not in ("app.airflow.v1_schemas", "app.airflow.v2_schemas"):
+            for node in ast.parse(source(module)).body:
+                if isinstance(node, ast.ClassDef):
+                    homes.setdefault(node.name, []).append(module)
+    shared = {name: found for name, found in homes.items() if len(found) > 1 and name not in SHARED_CLASS_NAMES}
+    assert shared == {}
+    assert [m for m in MODULES if "def try_log(" in source(m)] == ["app.logs.service"]

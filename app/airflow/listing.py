@@ -1,5 +1,5 @@
 """The Airflow lists: DAGs, runs, task instances, pools, a DAG's tasks and a task instance's
-tries, each filtered and ordered over what the answer shows (app/airflow/queries.py names the
+tries, each filtered and ordered over what the answer shows (app/airflow/list_params.py names the
 parameters, app/airflow/filters.py turns them into SQL)."""
 
 from collections.abc import Sequence
