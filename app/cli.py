@@ -132,7 +132,7 @@ def server_processes(asked: int | None, url: str, settings: "Settings") -> tuple
     from app.db.dialect import dialect_for_url
     from app.ops.cpu import usable_cores
 
-    if dialect_for_url(url).one_writer:
+    if dialect_for_url(url).writers_take_turns:
         if asked not in (None, 1):
             return 0, (f"--workers {asked} refused: SQLite serves from one process (its writers queue on one "
                        "file lock); use PostgreSQL for more server processes")

@@ -37,7 +37,7 @@ from app.logs.router import router as logs_router
 from app.logs.service import BatchAppends
 from app.ops import health, startup
 from app.ops.migrate import head_revision
-from app.orchestration.outcomes import Backoff
+from app.orchestration.outcomes import InfraBackoff
 from app.orchestration.promotion import next_eligible_at
 from app.orchestration.router import router as orchestration_router
 from app.routing.router import router as routing_router
@@ -126,7 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         servers=[{"url": settings.public_url, "description": "this server, as its operators reach it"}],
     )
     app.state.settings = settings
-    app.state.backoff = Backoff.from_settings(settings)  # the retry policy: routes and the reaper hand it on
+    app.state.backoff = InfraBackoff.from_settings(settings)  # the retry policy: routes and the reaper hand it on
     app.state.engine = make_engine(settings.resolved_database_url, pool_size=settings.database_pool_size,
                                    max_overflow=settings.database_max_overflow,
                                    pool_timeout=settings.database_pool_timeout_seconds)

@@ -35,13 +35,13 @@ from app.logs.models import LogRemoval
 from app.logs.retention import Retention
 from app.logs.service import log_key
 from app.logs.stores.base import LogStore, LogStoreFault
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.cas import HISTORY, RUNS, TI
 from app.telemetry.metrics import count_conflict
 
 log = logging.getLogger("fenceline.clean")
 ATTEMPTS, REMOVALS = TaskAttempt.__table__, LogRemoval.__table__
-FINISHED_RUN = one_of(RUNS.c.state, (s.SUCCESS.value, s.FAILED.value))  # a run's terminal states
+FINISHED_RUN = one_of(RUNS.c.state, (states.SUCCESS.value, states.FAILED.value))  # a run's terminal states
 BATCH_RUNS = 50  # runs per transaction of `db clean` (some 500 task instances at runs of 10)
 RUNS_PER_SWEEP = 20  # runs per reaper sweep of FENCELINE_HISTORY_RETENTION_DAYS
 

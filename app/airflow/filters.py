@@ -1,6 +1,6 @@
 """Airflow's list filters as SQL over what fenceline's answers show.
 
-A query model (app/airflow/queries.py) marks each parameter it honours with what it filters
+A query model (app/airflow/list_params.py) marks each parameter it honours with what it filters
 (`Like("dag_id")`, `AnyOf("state")`, `Range("start_date", ">=")`, ...); `conditions` turns the
 values a request sent into SQL over a `Shown` map: each Airflow field name, as the answer shows
 it, in SQL (None: a field the answer always shows null, which only a `~` pattern matches).

@@ -1,5 +1,5 @@
 """The Airflow lists: DAGs, runs, task instances, pools, a DAG's tasks and a task instance's
-tries, each filtered and ordered over what the answer shows (app/airflow/queries.py names the
+tries, each filtered and ordered over what the answer shows (app/airflow/list_params.py names the
 parameters, app/airflow/filters.py turns them into SQL)."""
 
 from collections.abc import Sequence
@@ -15,7 +15,7 @@ from app.airflow.filters import Ordering, Shown, bad_request, conditions
 from app.airflow.service import EXECUTOR, WILDCARD, TryView, get_run, not_found
 from app.db.statements import paginate, paginate_by_key
 from app.execution.models import TaskAttempt
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.models import DagRun, TaskInstance
 from app.routing.models import Pool
 from app.routing.service import PoolUse, pool_uses
@@ -87,10 +87,10 @@ SHOWN_START = func.coalesce(
     select(func.min(func.coalesce(ATTEMPTS.c.started_at, ATTEMPTS.c.claimed_at))).where(_OF_CURRENT_TRY)
     .scalar_subquery(), TaskInstance.started_at)
 SHOWN_END = func.coalesce(TaskInstance.ended_at, case(
-    (TaskInstance.state.in_(s.FINISHED), select(func.max(ATTEMPTS.c.ended_at)).where(_OF_CURRENT_TRY)
+    (TaskInstance.state.in_(states.FINISHED), select(func.max(ATTEMPTS.c.ended_at)).where(_OF_CURRENT_TRY)
      .scalar_subquery())))
-SHOWN_STATE = case((TaskInstance.state == s.NONE, null()), (TaskInstance.state == s.INFRA_FAILED, s.FAILED.value),
-                   else_=TaskInstance.state)
+SHOWN_STATE = case((TaskInstance.state == states.NONE, null()),
+                   (TaskInstance.state == states.INFRA_FAILED, states.FAILED.value), else_=TaskInstance.state)
 TI_SHOWN: Shown = {
     "dag_id": TaskInstance.dag_id, "run_id": TaskInstance.run_id, "task_id": TaskInstance.task_id,
     "task_display_name": TaskInstance.task_id, "state": TaskInstance.state,  # filters name native states

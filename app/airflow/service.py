@@ -17,12 +17,12 @@ from app.identity.models import Execution
 from app.logs import service as logs
 from app.logs.service import TryLog
 from app.logs.stores.base import LogStore
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.models import DagRun, TaskInstance
 from app.routing.service import PoolUse, pool_uses
 
 # Native states Airflow's enum lacks, and what each Airflow version shows instead.
-_STATE_MAP = {s.NONE: None, s.INFRA_FAILED: s.FAILED}
+_STATE_MAP = {states.NONE: None, states.INFRA_FAILED: states.FAILED}
 
 
 def airflow_state(native: str) -> str | None:
@@ -33,8 +33,8 @@ def native_states(shown: str | None) -> list[str]:
     """The native states an Airflow state stands for (`none`, `no_status` or null: not yet
     scheduled); none for a state fenceline never has (`deferred`)."""
     if shown in (None, "none", "no_status"):
-        return [s.NONE]
-    return [native for native in s.ALL if airflow_state(native) == shown]
+        return [states.NONE]
+    return [native for native in states.ALL if airflow_state(native) == shown]
 
 
 def not_found(detail: str) -> AppError:
@@ -141,7 +141,7 @@ def tries(session: Session, ti: TaskInstance) -> list[TryView]:
     """One entry per try, oldest first, the current try last. A try spent by an application
     failure shows `failed` even while the next try waits (Airflow 3's rule); a try being
     re-placed shows `scheduled`, `queued` or `running`."""
-    return _with_hosts(session, [_view(ti, t, s.FAILED if t.state == s.UP_FOR_RETRY else t.state)
+    return _with_hosts(session, [_view(ti, t, states.FAILED if t.state == states.UP_FOR_RETRY else t.state)
                                  for t in history.tries(session, ti)])
 
 
@@ -181,7 +181,7 @@ def _view(ti: TaskInstance, t: history.Try, state: str) -> TryView:
         last_failure_reason=row.last_failure_reason if row else None,
         queued_at=row.queued_at if row else None,
         start_date=min(starts) if starts else (row.started_at if row else None),
-        end_date=(row.ended_at if row and row.ended_at else (max(ends) if ends and state in s.FINISHED else None)),
+        end_date=(row.ended_at if row and row.ended_at else (max(ends) if ends and state in states.FINISHED else None)),
         epochs=epochs,
     )
 
@@ -194,7 +194,7 @@ def get_try(session: Session, ti: TaskInstance, try_number: int) -> TryView:
                     f"`{ti.task_id}`, map_index: `{ti.map_index}` and try_number: `{try_number}` was not found")
 
 
-def try_log(session: Session, store: LogStore, ti: TaskInstance, try_number: int) -> TryLog:
+def get_try_log(session: Session, store: LogStore, ti: TaskInstance, try_number: int) -> TryLog:
     """The try's log; 404 "TaskInstance not found" (Airflow's words) for a try that never was."""
     try:
         return logs.try_log(session=session, store=store, ti=ti, try_number=try_number)

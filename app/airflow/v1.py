@@ -10,9 +10,8 @@ from fastapi.responses import Response
 
 from app import __version__
 from app.airflow import framing, listing, service
-from app.airflow.absent import MAP_INDEX, add_absent_routes
-from app.airflow.params import MAX_PAGE, honouring, refusing
-from app.airflow.queries import (
+from app.airflow.absent_resources import MAP_INDEX, add_absent_routes
+from app.airflow.list_params import (
     NO_FIELDS,
     DagRunsBatchBodyV1,
     DagRunsQueryV1,
@@ -24,6 +23,7 @@ from app.airflow.queries import (
     TasksQueryV1,
     TriesQueryV1,
 )
+from app.airflow.params import MAX_PAGE, honouring, refusing
 from app.airflow.service import WILDCARD
 from app.airflow.v1_schemas import (
     DAG,
@@ -243,7 +243,7 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, task_try_number: int, se
     """A try's log: JSON pages (`content` text, `continuation_token` always a string), or the
     whole log as text/plain (Airflow 2 prefers text/plain for `*/*`)."""
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
-    log = service.try_log(session, store, ti, task_try_number)
+    log = service.get_try_log(session, store, ti, task_try_number)
     media = framing.preferred(accept, ["text/plain", "application/json"], default="application/json")
     if media == "text/plain":
         return framing.answer(session, store, lambda reader: paging.batched(

@@ -10,10 +10,9 @@ from fastapi.responses import JSONResponse, Response
 
 from app import __version__
 from app.airflow import framing, listing, service
-from app.airflow.absent import MAP_INDEX, add_absent_routes
+from app.airflow.absent_resources import MAP_INDEX, add_absent_routes
 from app.airflow.filters import bad_request
-from app.airflow.params import honouring
-from app.airflow.queries import (
+from app.airflow.list_params import (
     DAGRunsBatchBody,
     DagRunsQuery,
     DagsQuery,
@@ -24,6 +23,7 @@ from app.airflow.queries import (
     TaskInstancesQuery,
     TasksQuery,
 )
+from app.airflow.params import honouring
 from app.airflow.service import WILDCARD
 from app.airflow.v2_schemas import (
     BaseInfoResponse,
@@ -244,7 +244,7 @@ def get_log(dag_id: str, dag_run_id: str, task_id: str, try_number: Annotated[in
         return JSONResponse({"detail": "Only application/json or application/x-ndjson is supported"}, status_code=406)
     ndjson = first.startswith("application/x-ndjson")
     ti = service.get_task_instance(session, dag_id, dag_run_id, task_id, map_index, mapped_route=True)
-    log = service.try_log(session, store, ti, try_number)
+    log = service.get_try_log(session, store, ti, try_number)
     start = framing.start_position(installation(request).keyring, token, ti.id, try_number, log)
     win = paging.window(store.within(session), log, start, full=full_content or ndjson)
     next_token = framing.continuation_token(installation(request).keyring, win, ti.id, try_number)

@@ -22,11 +22,11 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import jwt
 
-from app.auth.attempt_key import AttemptKey
+from app.auth.attempt_key import AttemptIdentity, AttemptKey
 from app.auth.keys import Key, algorithm_of, public_jwk, verifying
 from app.telemetry.metrics import tokens_without_audience, zeroed
 
@@ -277,19 +277,7 @@ def attempt_claims(claims: dict[str, Any]) -> AttemptClaims:
                          claims["orig_iat"], dict(claims))
 
 
-class ClaimedTaskInstance(Protocol):
-    """What an attempt token names of the task instance it was claimed for."""
-
-    id: uuid.UUID
-    dag_id: str
-    run_id: str
-    task_id: str
-    map_index: int
-    try_number: int
-    attempt_epoch: int
-
-
-def mint_attempt(keyring: KeyRing, ti: ClaimedTaskInstance, execution_id: uuid.UUID, *, ttl_seconds: int) -> str:
+def mint_attempt(keyring: KeyRing, ti: AttemptIdentity, execution_id: uuid.UUID, *, ttl_seconds: int) -> str:
     """A fresh attempt token for the attempt `ti` was just claimed for by `execution_id`;
     orig_iat starts the credential's lifetime."""
     now = int(time.time())

@@ -46,7 +46,7 @@ class Dialect:
     name: str
     # Writers take turns (SQLite: one process, BEGIN IMMEDIATE): no row, table or advisory lock is
     # needed among them, and there is nobody to skip past (no SKIP LOCKED).
-    one_writer: bool
+    writers_take_turns: bool
     # One statement may write several tables (WITH … UPDATE/INSERT … RETURNING): PostgreSQL.
     writes_in_ctes: bool
     # Commits are announced to every process (LISTEN/NOTIFY); else only to this process.
@@ -58,32 +58,32 @@ class Dialect:
     def insert(self, table: Any) -> Any:
         """This dialect's INSERT of `table` (a model or a Table), which has ON CONFLICT (Core: the
         ORM's bulk insert costs more than it gives)."""
-        return (sqlite.insert if self.one_writer else postgresql.insert)(getattr(table, "__table__", table))
+        return (sqlite.insert if self.name == "sqlite" else postgresql.insert)(getattr(table, "__table__", table))
 
     def for_update(self, stmt: Any, **how: Any) -> Any:
         """`stmt` locking the rows it reads (`how`: with_for_update's arguments) where writers
         run at once; unchanged where they take turns."""
-        return stmt if self.one_writer else stmt.with_for_update(**how)
+        return stmt if self.writers_take_turns else stmt.with_for_update(**how)
 
     def hold(self, session: Session, key: int) -> None:
         """Wait for the transaction-level lock `key`, held until the transaction ends."""
-        if not self.one_writer:
+        if not self.writers_take_turns:
             session.execute(_HOLD, {"k": key})
 
     def try_hold(self, session: Session, key: int) -> bool:
         """Take the transaction-level lock `key` if it is free; False if another transaction has it."""
-        return self.one_writer or bool(session.execute(_TRY_HOLD, {"k": key}).scalar())
+        return self.writers_take_turns or bool(session.execute(_TRY_HOLD, {"k": key}).scalar())
 
     def try_lead(self, conn: Connection, key: int) -> bool:
         """Take the session-level lock `key` on `conn` (held while the connection lives) if it is
         free: the one process of several that leads. With one writer's process, it always does."""
-        return self.one_writer or bool(conn.execute(_TRY_LEAD, {"k": key}).scalar())
+        return self.writers_take_turns or bool(conn.execute(_TRY_LEAD, {"k": key}).scalar())
 
     def rows_table(self, name: str, columns: tuple[tuple[str, Any], ...]) -> Any:
         """A table of rows sent as bound values (rows_values gives them), to join a statement
         on (UPDATE … FROM it): the statement is the same for any number of rows. PostgreSQL
         unnests one array per column; SQLite reads one JSON array of rows (json_each)."""
-        if self.one_writer:
+        if self.name == "sqlite":
             each = func.json_each(bindparam(name, type_=String)).table_valued("value")
             return select(*(type_coerce(func.json_extract(each.c.value, f"$[{n}]"), String if kind is Uuid else kind)
                             .label(column) for n, (column, kind) in enumerate(columns))).subquery(name)
@@ -96,7 +96,7 @@ class Dialect:
         others its other conditions match. PostgreSQL's planner otherwise hashed every such row
         for each statement (every attempt in flight, for a batch's heartbeats); SQLite already
         looks the rows up one by one."""
-        if self.one_writer:
+        if self.name == "sqlite":
             return true()
         first, kind = columns[0]
         return column == any_(bindparam(f"{name}_{first}", type_=postgresql.ARRAY(kind)))
@@ -104,20 +104,20 @@ class Dialect:
     def rows_values(self, name: str, columns: tuple[tuple[str, Any], ...],
                     rows: list[tuple[Any, ...]]) -> dict[str, Any]:
         """The bound values of rows_table(name, columns) holding `rows`."""
-        if self.one_writer:  # a UUID as SQLite stores it: 32 hex digits
+        if self.name == "sqlite":  # a UUID as SQLite stores it: 32 hex digits
             return {name: json.dumps([[v.hex if isinstance(v, uuid.UUID) else v for v in row] for row in rows])}
         return {f"{name}_{column}": [row[n] for row in rows] for n, (column, _) in enumerate(columns)}
 
     def lock_table(self, session: Session, table: str) -> None:
         """Lock `table` IN EXCLUSIVE MODE until the transaction ends: other writers of it wait,
         plain reads do not."""
-        if not self.one_writer:
+        if not self.writers_take_turns:
             session.execute(text(f"LOCK TABLE {table} IN EXCLUSIVE MODE"))
 
 
-SQLITE = Dialect("sqlite", one_writer=True, writes_in_ctes=False, notifies=False, file_based=True,
+SQLITE = Dialect("sqlite", writers_take_turns=True, writes_in_ctes=False, notifies=False, file_based=True,
                  read_only_options=((READ_ONLY, True),))
-POSTGRESQL = Dialect("postgresql", one_writer=False, writes_in_ctes=True, notifies=True, file_based=False,
+POSTGRESQL = Dialect("postgresql", writers_take_turns=False, writes_in_ctes=True, notifies=True, file_based=False,
                      read_only_options=(("postgresql_readonly", True),))
 _BY_NAME = {d.name: d for d in (SQLITE, POSTGRESQL)}
 

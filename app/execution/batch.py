@@ -30,7 +30,7 @@ from app.errors import AppError, forbidden, invalid_input, unauthorized, unstora
 from app.execution import fence
 from app.execution.schemas import MAX_BATCH_ENTRIES, Report
 from app.orchestration.cas import lock_runs
-from app.orchestration.outcomes import Backoff
+from app.orchestration.outcomes import InfraBackoff
 from app.telemetry.tracing import BATCH_OPS
 
 # An entry's members beside its single request's body: its bearer, its route, and the W3C
@@ -69,7 +69,7 @@ class Batch:
     execution_id: uuid.UUID  # the bearer's
     keyring: KeyRing
     accept_legacy: bool
-    backoff: Backoff
+    backoff: InfraBackoff
     log_appends: LogAppends
 
 

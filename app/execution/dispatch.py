@@ -10,12 +10,13 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, exists, select, update
 from sqlmodel import Session
 
+from app.auth.attempt_key import ATTEMPT_FIELDS
 from app.db.dialect import Dialect, dialect_of
 from app.db.types import UTCDateTime, utcnow
 from app.errors import AppError
 from app.execution.attempts import open_attempts, opening
 from app.identity.models import Execution
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.cas import NEW_EXECUTION, RUNS, TI, from_sources, moved_to
 from app.orchestration.promotion import promote_eligible
 from app.orchestration.routes import DEFAULT_QUEUE
@@ -70,8 +71,8 @@ def work_ready(*, session: Session | Connection, execution_id: uuid.UUID, queues
 
 # What a claim answers of each claimed row: its WorkItem's payload and correlation (the run's
 # tenant is copied on the task instance; its trace is read in the same statement).
-CLAIMED_COLUMNS = (TI.c.id, TI.c.dag_run_id, TI.c.dag_id, TI.c.run_id, TI.c.task_id, TI.c.map_index, TI.c.payload,
-                   TI.c.try_number, TI.c.attempt_epoch, TI.c.execution_id, TI.c.tenant_id,
+CLAIMED_COLUMNS = (TI.c.id, TI.c.dag_run_id, *(TI.c[name] for name in ATTEMPT_FIELDS), TI.c.payload,
+                   TI.c.execution_id, TI.c.tenant_id,
                    select(RUNS.c.trace_id).where(RUNS.c.id == TI.c.dag_run_id).scalar_subquery().label("trace_id"))
 _NOW = bindparam("now", type_=UTCDateTime())
 
@@ -79,8 +80,8 @@ _NOW = bindparam("now", type_=UTCDateTime())
 def _claiming(chosen: Any) -> Any:
     """The claim rail for the `chosen` rows, only while the claiming execution is current (the
     same check as require_current_execution, in the statement that claims)."""
-    return (update(TI).where(chosen, from_sources(s.CLAIM), IS_CURRENT)
-            .values(**moved_to(s.CLAIM, _NOW), queued_at=_NOW, next_eligible_at=None,
+    return (update(TI).where(chosen, from_sources(states.CLAIM), IS_CURRENT)
+            .values(**moved_to(states.CLAIM, _NOW), queued_at=_NOW, next_eligible_at=None,
                     **{**NEW_EXECUTION, "execution_id": bindparam("claimer")})
             .returning(*CLAIMED_COLUMNS))
 
@@ -131,7 +132,7 @@ def claim(*, session: Session, execution_id: uuid.UUID, limit: int, queues: Sequ
 def promote_due(session: Session, now: datetime | None = None) -> None:
     """The time-driven rails whose wait is over, as a claim takes them first: in a transaction of
     their own, which holds no other lock (claims.Claims._promote)."""
-    promote_eligible(session=session, now=now or utcnow(), skip_locked=not dialect_of(session).one_writer)
+    promote_eligible(session=session, now=now or utcnow(), skip_locked=not dialect_of(session).writers_take_turns)
 
 
 def claim_each(*, session: Session, claims: Sequence[tuple[uuid.UUID, int]], queues: Sequence[str],

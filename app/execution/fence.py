@@ -14,7 +14,7 @@ from functools import cache
 from sqlalchemy import CTE, Integer, Row, Update, Uuid, bindparam, exists, or_, select, update
 from sqlmodel import Session
 
-from app.auth.attempt_key import AttemptKey
+from app.auth.attempt_key import ATTEMPT_FIELDS, AttemptKey
 from app.auth.tokens import AttemptClaims, InvalidToken, KeyRing, renew_attempt
 from app.db.dialect import Dialect, dialect_of
 from app.db.statements import one_of
@@ -25,13 +25,12 @@ from app.execution.schemas import Report
 from app.orchestration import states as s
 from app.orchestration.cas import TI, from_sources, lock_run_of
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, requeue, settle_success
+from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome, requeue, settle_success
 from app.orchestration.states import AttemptState
 
 # What the fence reads of a row and answers: the attempt's identity and state, and the names
 # a log stream is keyed by. Core rows, not ORM objects: these paths run on every agent write.
-FENCE_COLUMNS = (TI.c.id, TI.c.state, TI.c.try_number, TI.c.attempt_epoch,
-                 TI.c.dag_id, TI.c.run_id, TI.c.task_id, TI.c.map_index)
+FENCE_COLUMNS = (TI.c.id, TI.c.state, *(TI.c[name] for name in ATTEMPT_FIELDS))
 
 
 def stale_report(key: AttemptKey, ti: TaskInstance | None, *, epoch_claimed: bool = True) -> AppError:
@@ -165,7 +164,7 @@ def heartbeats(*, session: Session, tokens: list[AttemptClaims], now: datetime |
             else _stale(t, current.get(t.ti_id)) for t in tokens]
 
 
-def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
+def report(*, session: Session, key: AttemptKey, body: Report, backoff: InfraBackoff,
            now: datetime | None = None, run_locked: bool = False) -> TaskInstance | Row:
     """Apply a report on attempt `key` under the settle rule. Repeating a report that was
     already applied to this very attempt (a journaled outcome re-delivered) answers as before.

@@ -33,7 +33,7 @@ from sqlmodel import Session
 
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.models import TaskInstance, TaskInstanceHistory
 
 
@@ -85,7 +85,7 @@ def tries(session: Session, ti: TaskInstance | Row) -> list[Try]:
     found = []
     for number in sorted((set(history) | set(epochs)) - {ti.try_number}):
         h = history.get(number)
-        found.append(Try(number, h.state if h else s.FAILED, h, epochs.get(number, []), current=False))
+        found.append(Try(number, h.state if h else states.FAILED, h, epochs.get(number, []), current=False))
     found.append(Try(ti.try_number, ti.state, ti, epochs.get(ti.try_number, []), current=True))
     return found
 
@@ -159,7 +159,7 @@ def seat_activity(session: Session, since: datetime) -> dict[str, SeatActivity]:
         select(Execution.seat, func.count(), func.count(Execution.superseded_by),
                func.max(TaskInstance.last_heartbeat_at))
         .join(Execution, Execution.execution_id == TaskInstance.execution_id)
-        .where(TaskInstance.state.in_(s.IN_FLIGHT))
+        .where(TaskInstance.state.in_(states.IN_FLIGHT))
         .group_by(Execution.seat))}
     ended = and_(TaskAttempt.ended_at >= since, TaskAttempt.outcome_kind.is_not(None))
     recent = {seat: (claimed, settled, infra) for seat, claimed, settled, infra in session.execute(
@@ -178,7 +178,7 @@ def seat_routes(session: Session) -> dict[str, list[tuple[str, str, int]]]:
     for seat, queue, pool, n in session.execute(
             select(Execution.seat, TaskInstance.queue, TaskInstance.pool, func.count())
             .join(Execution, Execution.execution_id == TaskInstance.execution_id)
-            .where(TaskInstance.state.in_(s.IN_FLIGHT))
+            .where(TaskInstance.state.in_(states.IN_FLIGHT))
             .group_by(Execution.seat, TaskInstance.queue, TaskInstance.pool)
             .order_by(Execution.seat, TaskInstance.queue, TaskInstance.pool)):
         found.setdefault(seat, []).append((queue, pool, n))

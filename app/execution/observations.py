@@ -15,11 +15,11 @@ from app.execution import fence
 from app.execution.attempts import find_attempt, update_attempt
 from app.execution.schemas import ObservationIn, Report
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import Backoff
+from app.orchestration.outcomes import InfraBackoff
 from app.orchestration.runs import get_task_instance
 
 
-def observe(*, session: Session, observation: ObservationIn, backoff: Backoff,
+def observe(*, session: Session, observation: ObservationIn, backoff: InfraBackoff,
             now: datetime | None = None) -> tuple[TaskInstance, bool, bool]:
     """Answers (task instance, recorded on an attempt record, settled)."""
     now = now or utcnow()

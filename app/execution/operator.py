@@ -10,8 +10,7 @@ from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.errors import AppError, conflict
 from app.execution.attempts import close_attempt, update_attempt
-from app.orchestration import operator
-from app.orchestration import states as s
+from app.orchestration import operator, states
 from app.orchestration.cas import lock_run
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.readiness import settle_run
@@ -27,10 +26,10 @@ TRIES = 4
 
 def _fenced(ti: TaskInstance) -> AttemptKey | None:
     """The attempt an operator rail is about to fence off, if one is in flight."""
-    return AttemptKey.of(ti) if ti.state in s.IN_FLIGHT else None
+    return AttemptKey.of(ti) if ti.state in states.IN_FLIGHT else None
 
 
-def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR) -> TaskInstance | None:
+def clear(*, session: Session, ti: TaskInstance, rail: Rail = states.CLEAR) -> TaskInstance | None:
     """orchestration.operator.clear; an in-flight attempt's record ends as `cleared`."""
     fenced = _fenced(ti)
     cleared = operator.clear(session=session, ti=ti, rail=rail)
@@ -40,10 +39,10 @@ def clear(*, session: Session, ti: TaskInstance, rail: Rail = s.CLEAR) -> TaskIn
     return cleared
 
 
-def mark(*, session: Session, ti: TaskInstance, state: s.State) -> TaskInstance | None:
-    """orchestration.operator.mark; an in-flight attempt's record ends as `marked_success` or `marked_failed`."""
+def mark_state(*, session: Session, ti: TaskInstance, state: states.State) -> TaskInstance | None:
+    """orchestration.operator.mark_state; an in-flight attempt's record ends as `marked_success` or `marked_failed`."""
     fenced = _fenced(ti)
-    marked = operator.mark(session=session, ti=ti, state=state)
+    marked = operator.mark_state(session=session, ti=ti, state=state)
     if marked is not None and fenced:
         update_attempt(session, fenced, state=AttemptState(f"marked_{state}"),
                        reason=f"marked {state} by an operator", ended_at=utcnow())
@@ -72,7 +71,7 @@ def cancel(*, session: Session, run: DagRun) -> None:
     some of them never waits on a row this holds, nor this on one it holds."""
     now = utcnow()
     lock_run(session, run.id)
-    tis = [ti for ti in run_task_instances(session=session, dag_run_id=run.id) if ti.state not in s.FINISHED]
+    tis = [ti for ti in run_task_instances(session=session, dag_run_id=run.id) if ti.state not in states.FINISHED]
     if not tis:
         session.refresh(run)
         raise conflict("run-finished", "Run finished", f"Run {run.run_id!r} of DAG {run.dag_id!r} has ended "
@@ -89,7 +88,7 @@ def _end(session: Session, ti: TaskInstance, now: datetime, *, ready_too: bool) 
     """Cancel or skip `ti` (read again while a claim or a start moves it first); False, having
     done nothing, for a ready one (scheduled) unless `ready_too`."""
     for _ in range(TRIES):
-        if ti.state == s.SCHEDULED and not ready_too:
+        if ti.state == states.SCHEDULED and not ready_too:
             return False
         fenced = _fenced(ti)
         if (operator.cancel if fenced else operator.skip)(session=session, ti=ti, now=now) is not None:
@@ -110,7 +109,7 @@ def replace(*, session: Session, ti: TaskInstance, now: datetime | None = None) 
     now = now or utcnow()
     lock_run(session, ti.dag_run_id)
     session.refresh(ti)
-    if ti.state not in s.IN_FLIGHT:
+    if ti.state not in states.IN_FLIGHT:
         raise conflict("task-instance-not-in-flight", "Task instance not in flight",
                        f"Task instance {ti.id} is {ti.state}: no attempt is in flight to re-place.", state=ti.state)
 
@@ -128,5 +127,5 @@ def clear_failed(*, session: Session, dag_run_id: uuid.UUID) -> None:
     """Clear every failed, infra_failed, upstream_failed and skipped task instance of the run
     (so clearing a cancelled run's failed tasks resumes it)."""
     for ti in run_task_instances(session=session, dag_run_id=dag_run_id):
-        if ti.state in s.CLEAR_FAILED.sources:
-            clear(session=session, ti=ti, rail=s.CLEAR_FAILED)
+        if ti.state in states.CLEAR_FAILED.sources:
+            clear(session=session, ti=ti, rail=states.CLEAR_FAILED)

@@ -39,7 +39,7 @@ from app.identity.models import Execution
 from app.orchestration import states as s
 from app.orchestration.cas import RUN_LOCK, from_sources, lock_runs
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import Backoff, Outcome, apply_outcome
+from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome
 from app.orchestration.promotion import promote_eligible
 from app.telemetry.metrics import count_conflict, reaper_marks, reaper_sweep_duration, zeroed
 
@@ -127,7 +127,7 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime,
     return sorted(found.values(), key=lambda c: (str(c.dag_run_id), str(c.key.ti_id)))
 
 
-def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datetime) -> bool:
+def mark(*, session: Session, candidate: Candidate, backoff: InfraBackoff, now: datetime) -> bool:
     """Route `candidate` as unexecutable(reason) if it is still exactly as listed (and, for
     agent-lost, still silent). The sweep locked the candidate's run, and the task instance is
     locked here before the check, so a report or heartbeat either lands first and saves the
@@ -162,7 +162,7 @@ class Sweeping(Protocol):
     def sweep(self, *, session: Session, now: datetime) -> int: ...
 
 
-def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: datetime | None = None,
+def sweep(*, session: Session, thresholds: Thresholds, backoff: InfraBackoff, now: datetime | None = None,
           retention: Sweeping | None = None, reach: DatabaseReach | None = None) -> dict[str, int] | None:
     """One sweep: due retries and reschedules are promoted, lost attempts marked (silence
     counted from `reach.since` at the earliest), and with `retention` the logs of a few expired
@@ -184,7 +184,7 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
             marked[candidate.reason] = marked.get(candidate.reason, 0) + 1
     # Promotion locks task instances without their runs, so it comes after the marks (which
     # lock runs first): a sweep never waits for a run while holding a task instance.
-    promote_eligible(session=session, now=now, skip_locked=not dialect.one_writer)
+    promote_eligible(session=session, now=now, skip_locked=not dialect.writers_take_turns)
     if retention is not None and (removed := retention.sweep(session=session, now=now)):
         log.info("retention handled %d runs", removed)
     for reason, count in marked.items():  # counted once the sweep is through (not when run again)
@@ -197,7 +197,7 @@ class ReaperThread:
     """The periodic sweep of one replica, on its own thread and sessions, re-placing on the
     retry policy the application built at its start (`backoff`)."""
 
-    def __init__(self, engine: Engine, settings: Settings, backoff: Backoff,
+    def __init__(self, engine: Engine, settings: Settings, backoff: InfraBackoff,
                  retention: Sweeping | None = None, reach: DatabaseReach | None = None) -> None:
         self.engine, self.settings, self.backoff, self.retention = engine, settings, backoff, retention
         self.reach = reach or DatabaseReach()
@@ -216,7 +216,7 @@ class ReaperThread:
         leader: Connection | None = None  # PostgreSQL: the connection holding the leader lock
         while not self.stop_event.wait(self.settings.reaper_interval_seconds):
             try:
-                if not dialect_of(self.engine).one_writer and (leader := self._lead(leader)) is None:
+                if not dialect_of(self.engine).writers_take_turns and (leader := self._lead(leader)) is None:
                     continue  # another process sweeps
                 with Session(self.engine) as session:
                     def swept() -> dict[str, int] | None:

@@ -35,7 +35,7 @@ from app.execution.schemas import (
     WorkItems,
 )
 from app.orchestration import runs
-from app.orchestration.outcomes import Backoff
+from app.orchestration.outcomes import InfraBackoff
 from app.orchestration.schemas import MarkRequest, RunPublic, TaskInstancePublic, run_public, ti_public
 from app.telemetry import metrics, tracing
 from app.web.deps import JsonObjectDep, SessionDep, SingleStatementDep, commit
@@ -46,7 +46,7 @@ router = Router(tags=["execution"], responses=problems(401, 403, 422))
 STALE = refusals(StaleReport)
 
 
-def backoff(request: Request) -> Backoff:
+def backoff(request: Request) -> InfraBackoff:
     """The retry policy the application built at its start (app/main.py)."""
     return request.app.state.backoff
 
@@ -245,7 +245,7 @@ def clear_task_instance(ti_id: uuid.UUID, session: SessionDep, _: OperatorDep) -
 def mark_task_instance(ti_id: uuid.UUID, body: MarkRequest, session: SessionDep, _: OperatorDep) -> TaskInstancePublic:
     """Mark success or failed (any in-flight attempt is fenced off and told to terminate)."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
-    return ti_public(operator.require_moved(operator.mark(session=session, ti=ti, state=body.state)))
+    return ti_public(operator.require_moved(operator.mark_state(session=session, ti=ti, state=body.state)))
 
 
 @rails_router.post("/task-instances/{ti_id}/replace", responses=RAIL_REFUSALS)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from app.orchestration.routes import DEFAULT_QUEUE, RouteName
 from app.orchestration.schemas import StoredPayload
-from app.orchestration.states import INFRA_REASONS
+from app.telemetry.reasons import INFRA_REASONS
 from app.web.schemas import Problem, Strict
 
 InfraReason = Literal[INFRA_REASONS]  # type: ignore[valid-type]

@@ -9,11 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from app.launcher.pod import CONTAINER
-from app.worker.process import Outcome
+from app.telemetry.reasons import INFRA_REASONS  # the ones a termination message may name
+from app.worker.process import ReportedOutcome
 
-# The infrastructure reasons of contract 2.4 a termination message may name.
-INFRA_REASONS = ("evicted", "oom_killed", "node_lost", "deadline_exceeded", "agent_lost", "dispatch_lost",
-                 "worker_lost", "dispatch_failed")
 # Waiting reasons the kubelet will not get past by trying again: the Pod never starts.
 NEVER_STARTS = ("InvalidImageName", "ErrImageNeverPull")
 # DisruptionTarget reasons that mean the node went away, not that the Pod was pushed off it.
@@ -65,26 +63,27 @@ def disruption(pod: dict[str, Any]) -> str | None:
     return None
 
 
-def _infra_cause(pod: dict[str, Any], deleted_by_launcher: bool) -> Outcome | None:
+def _infra_cause(pod: dict[str, Any], deleted_by_launcher: bool) -> ReportedOutcome | None:
     """An infrastructure cause of the Pod's end, if the Pod shows one."""
     status = pod.get("status") or {}
     reason = status.get("reason") or ""
     if (why := disruption(pod)) is not None:
         if why in NODE_GONE:
-            return Outcome("unexecutable", "node_lost", f"the Pod was removed with its node ({why})")
-        return Outcome("unexecutable", "evicted", f"the Pod was disrupted ({why})")
+            return ReportedOutcome("unexecutable", "node_lost", f"the Pod was removed with its node ({why})")
+        return ReportedOutcome("unexecutable", "evicted", f"the Pod was disrupted ({why})")
     if reason in ("Evicted", "Preempting"):
-        return Outcome("unexecutable", "evicted", f"the Pod was evicted: {status.get('message') or reason}")
+        return ReportedOutcome("unexecutable", "evicted", f"the Pod was evicted: {status.get('message') or reason}")
     if reason == "DeadlineExceeded":
-        return Outcome("unexecutable", "deadline_exceeded", "the Pod ran past timeout_seconds (activeDeadlineSeconds)")
+        return ReportedOutcome("unexecutable", "deadline_exceeded",
+                               "the Pod ran past timeout_seconds (activeDeadlineSeconds)")
     if reason in NODE_LOST_REASONS:
-        return Outcome("unexecutable", "node_lost", f"the Pod's node was lost ({reason})")
+        return ReportedOutcome("unexecutable", "node_lost", f"the Pod's node was lost ({reason})")
     if (pod.get("metadata") or {}).get("deletionTimestamp") and not deleted_by_launcher:
-        return Outcome("unexecutable", "node_lost", "the Pod was deleted by someone other than the launcher")
+        return ReportedOutcome("unexecutable", "node_lost", "the Pod was deleted by someone other than the launcher")
     return None
 
 
-def from_message(message: str | None) -> Outcome | None:
+def from_message(message: str | None) -> ReportedOutcome | None:
     """The outcome the task recorded as JSON in its termination message, when the message is
     valid: an object whose `state` is `success` or `failed`, `rescheduled` with a
     `reschedule_at` (ISO 8601 with a zone), or `unexecutable` with an infrastructure `reason`;
@@ -98,7 +97,7 @@ def from_message(message: str | None) -> Outcome | None:
         return None
     state = said.get("state")
     if state in ("success", "failed"):
-        return Outcome(state, None, f"the termination message records {state}")
+        return ReportedOutcome(state, None, f"the termination message records {state}")
     if state == "rescheduled":
         try:
             when = datetime.fromisoformat(str(said.get("reschedule_at")))
@@ -106,13 +105,13 @@ def from_message(message: str | None) -> Outcome | None:
             return None
         if when.tzinfo is None:
             return None
-        return Outcome("rescheduled", None, "the termination message asks to be rescheduled", when.isoformat())
+        return ReportedOutcome("rescheduled", None, "the termination message asks to be rescheduled", when.isoformat())
     if state == "unexecutable" and said.get("reason") in INFRA_REASONS:
-        return Outcome("unexecutable", said["reason"], "the termination message names an infrastructure fault")
+        return ReportedOutcome("unexecutable", said["reason"], "the termination message names an infrastructure fault")
     return None
 
 
-def outcome_of(pod: dict[str, Any], *, deleted_by_launcher: bool = False) -> Outcome | None:
+def outcome_of(pod: dict[str, Any], *, deleted_by_launcher: bool = False) -> ReportedOutcome | None:
     """The attempt's outcome once the Pod shows one, else None (still pending or running). A
     valid termination message is the durable record of the outcome: it wins over the exit
     code and the termination reason (a task killed after it wrote its success succeeded)."""
@@ -122,30 +121,30 @@ def outcome_of(pod: dict[str, Any], *, deleted_by_launcher: bool = False) -> Out
         if (said := from_message(end.get("message"))) is not None:
             return said
         if end.get("reason") == "OOMKilled":
-            return Outcome("unexecutable", "oom_killed", f"the container was OOM-killed (exit {code})")
+            return ReportedOutcome("unexecutable", "oom_killed", f"the container was OOM-killed (exit {code})")
         if code == 0:
-            return Outcome("success", None, "the container exited with status 0")
+            return ReportedOutcome("success", None, "the container exited with status 0")
         if (infra := _infra_cause(pod, deleted_by_launcher)) is not None:
             return infra
         if end.get("reason") == "ContainerStatusUnknown":
-            return Outcome("unexecutable", "node_lost", "the container's state was lost with its node")
-        return Outcome("failed", None, f"the container exited with status {code}" +
+            return ReportedOutcome("unexecutable", "node_lost", "the container's state was lost with its node")
+        return ReportedOutcome("failed", None, f"the container exited with status {code}" +
                        (f" ({end['reason']})" if end.get("reason") not in (None, "Error", "Completed") else ""))
     phase = (pod.get("status") or {}).get("phase")
     if phase in ("Failed", "Succeeded"):  # the Pod ended with no container termination to read
         if (infra := _infra_cause(pod, deleted_by_launcher)) is not None:
             return infra
         status = pod.get("status") or {}
-        return Outcome("unexecutable", "dispatch_failed",
+        return ReportedOutcome("unexecutable", "dispatch_failed",
                        f"the Pod ended {phase} before its container ran ({status.get('reason') or 'no reason'})")
     if (wait := waiting(pod)) is not None and wait[0] in NEVER_STARTS:
         why = f"{wait[0]} {wait[1]}".rstrip()
-        return Outcome("unexecutable", "dispatch_failed", f"the container can never start: {why}")
+        return ReportedOutcome("unexecutable", "dispatch_failed", f"the container can never start: {why}")
     return None
 
 
-def never_started(pod: dict[str, Any] | None, waited: float) -> Outcome:
+def never_started(pod: dict[str, Any] | None, waited: float) -> ReportedOutcome:
     """The verdict on a Pod whose container did not start within its deadline."""
     wait = waiting(pod) if pod else None
     why = f"{wait[0]}: {wait[1]}".rstrip(": ") if wait else "no container status"
-    return Outcome("unexecutable", "dispatch_failed", f"the Pod did not start within {waited:.0f}s ({why})")
+    return ReportedOutcome("unexecutable", "dispatch_failed", f"the Pod did not start within {waited:.0f}s ({why})")

@@ -26,7 +26,7 @@ from app.launcher.replace import Predecessors
 from app.launcher.watch import PodWatch
 from app.worker.api import Backoff, Refused, Stale, retrying
 from app.worker.context import Context
-from app.worker.process import Outcome
+from app.worker.process import ReportedOutcome
 from app.worker.task import TICK, Lost, TaskRunner
 
 # After its container ended, how long a Pod's log may take to arrive before the outcome goes.
@@ -81,7 +81,8 @@ class PodRunner(TaskRunner):
 
     def _run(self) -> None:
         if not self.payload.get("image"):
-            self._finish(Outcome("unexecutable", "dispatch_failed", "the payload names no image to run as a Pod"))
+            self._finish(ReportedOutcome("unexecutable", "dispatch_failed",
+                                         "the payload names no image to run as a Pod"))
             return
         if self.record["pod_uid"] is None:
             try:
@@ -126,11 +127,11 @@ class PodRunner(TaskRunner):
                 if exc.status == 409 and (found := self._find_own()) is not None:
                     created = found  # an earlier try of this create landed, its answer did not
                     break
-                self._finish(Outcome("unexecutable", "dispatch_failed", f"the Pod was refused: {exc}"))
+                self._finish(ReportedOutcome("unexecutable", "dispatch_failed", f"the Pod was refused: {exc}"))
                 return False
             except KubeUnreachable as exc:
                 if time.monotonic() > deadline:
-                    self._finish(Outcome("unexecutable", "dispatch_failed",
+                    self._finish(ReportedOutcome("unexecutable", "dispatch_failed",
                                          f"the Kubernetes API could not be reached to create the Pod ({exc})"))
                     return False
                 self._kube_unreachable(exc)
@@ -146,7 +147,7 @@ class PodRunner(TaskRunner):
                  if p["metadata"]["name"] == self.pod_name and is_attempt_pod(p, self.correlation)]
         return found[0] if found else None
 
-    def _supervise_pod(self) -> Outcome | None:
+    def _supervise_pod(self) -> ReportedOutcome | None:
         """Watch the Pod until it shows an outcome; None when the launcher stops first.
         Raises Lost when the server says should_terminate."""
         seen: dict[str, Any] | None = None
@@ -161,7 +162,7 @@ class PodRunner(TaskRunner):
                     pod = None  # another Pod holds the name: not this attempt's
                 if pod is None:
                     ended = pods.outcome_of(seen) if seen is not None else None
-                    return self._ending(seen, ended or Outcome(
+                    return self._ending(seen, ended or ReportedOutcome(
                         "unexecutable", "node_lost", "the Pod is gone: deleted by someone other than the launcher, "
                         "or lost with its node"))
                 seen = pod
@@ -190,7 +191,7 @@ class PodRunner(TaskRunner):
             self.ctx.state.save_attempt(self.key, self.record)
             self.log.info("%s: Pod %s running", self.name, self.pod_name)
 
-    def _ending(self, pod: dict[str, Any] | None, outcome: Outcome) -> Outcome:
+    def _ending(self, pod: dict[str, Any] | None, outcome: ReportedOutcome) -> ReportedOutcome:
         """Before the outcome goes: `running` if user code started (retried while the server
         is unreachable), and the rest of the log."""
         if pod is not None and pods.started(pod) and not self.record["running"]:

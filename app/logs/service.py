@@ -22,7 +22,7 @@ from app.execution.fence import current_attempt
 from app.logs.models import LogRemoval
 from app.logs.schemas import LogAppend, LogAppended
 from app.logs.stores.base import LogConflict, LogGap, LogStore, LogStoreFault, LogStoreFull
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.models import TaskInstance
 from app.telemetry.metrics import log_bytes_appended, log_store_errors
 
@@ -189,7 +189,7 @@ def try_log(*, session: Session, store: LogStore, ti: TaskInstance | Row, try_nu
         line = f"{SYSTEM_PREFIX} log removed by retention on {removed:%Y-%m-%d %H:%M:%S} UTC\n"
         segments.append(Segment(None, line.encode(), None, 0))
         return TryLog(segments, finished=True)
-    live = try_number == ti.try_number and ti.state not in (*s.FINISHED, s.UP_FOR_RETRY)
+    live = try_number == ti.try_number and ti.state not in (*states.FINISHED, states.UP_FOR_RETRY)
     return TryLog(segments, finished=not live)
 
 

@@ -15,7 +15,7 @@ from app.auth.deps import MetricsReaderDep
 from app.db.dialect import dialect_of
 from app.errors import AppError
 from app.logs.stores.base import LogStoreFault
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.models import TaskInstance
 from app.telemetry.metrics import Recorded, exposition
 from app.web.deps import SessionDep
@@ -38,7 +38,7 @@ class TaskInstancesByState(Collector):
             counts = dict(conn.execute(select(TaskInstance.state, func.count()).group_by(TaskInstance.state)).all())
         family = GaugeMetricFamily("fenceline_task_instances", "Task instances by state, counted at scrape time.",
                                    labels=["state"])
-        for state in s.ALL:
+        for state in states.ALL:
             family.add_metric([str(state)], counts.get(str(state), 0))
         yield family
 

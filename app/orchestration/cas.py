@@ -22,7 +22,7 @@ from sqlmodel import Session
 from app.db.dialect import dialect_of
 from app.db.statements import one_of
 from app.db.types import utcnow
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.events import announce_room
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from app.orchestration.states import Rail
@@ -71,7 +71,7 @@ def cas(session: Session, ti: TaskInstance, rail: Rail, now: datetime | None = N
         .returning(TaskInstance)
         .execution_options(populate_existing=True, synchronize_session=False)
     ).scalar_one_or_none()
-    if moved is not None and ti.state in s.IN_FLIGHT and rail.target not in s.IN_FLIGHT:
+    if moved is not None and ti.state in states.IN_FLIGHT and rail.target not in states.IN_FLIGHT:
         announce_room(session)
     return moved
 
@@ -112,7 +112,7 @@ def lock_runs(session: Session, dag_run_ids: Iterable[uuid.UUID] = (), *,
     instance, nor takes two runs in another order than a path like it. (SQLite's writers take
     turns: nothing to lock.)"""
     dialect = dialect_of(session)
-    if dialect.one_writer:
+    if dialect.writers_take_turns:
         return
     runs, ids = list(dag_run_ids), list(of)
     if runs:

@@ -9,12 +9,12 @@ from sqlmodel import Field, SQLModel
 
 from app.db.dialect import partial_index
 from app.db.types import JSONType, UTCDateTime, utcnow
-from app.orchestration import states as s
+from app.orchestration import states
 
 # The states the claim's two partial indexes hold (app/routing/selection.py names them as
 # literals, as a query must for a database to use a partial index).
-TI_READY_STATE = s.SCHEDULED.value
-TI_IN_FLIGHT_STATES = tuple(state.value for state in s.IN_FLIGHT)
+TI_READY_STATE = states.SCHEDULED.value
+TI_IN_FLIGHT_STATES = tuple(state.value for state in states.IN_FLIGHT)
 
 
 def _partial(*states: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ flight, the hot path, is one guarded statement (settle_success) that on PostgreS
 the try (docs/performance.md: with the attempt record that rides along, a success went from six
 database round trips to four); both archive statements write the same columns (archived), and
 tests/orchestration/test_success_paths.py holds the two success paths to the same rows on both
-databases. The retry policy (Backoff) is built once from the settings at the application's
+databases. The retry policy (InfraBackoff) is built once from the settings at the application's
 start and handed down to the rails. Every move to a state claimable at a later
 `next_eligible_at` announces it in the same transaction.
 """
@@ -26,7 +26,7 @@ from sqlmodel import Session
 from app.db.dialect import Dialect, dialect_of
 from app.db.statements import one_of
 from app.db.types import UTCDateTime, utcnow
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.cas import HISTORY, NEW_EXECUTION, TI, cas, from_sources, lock_run, moved_to
 from app.orchestration.events import announce, announce_room, room_notification
 from app.orchestration.models import TaskInstance
@@ -44,14 +44,14 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Backoff:
+class InfraBackoff:
     """Exponential back-off for infra re-places: min(cap, base * 2**n), with equal jitter."""
 
     base_seconds: float = 5.0
     cap_seconds: float = 300.0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "Backoff":
+    def from_settings(cls, settings: Any) -> "InfraBackoff":
         """The settings' retry policy: built once, at the application's start (app/main.py)."""
         return cls(settings.infra_backoff_base_seconds, settings.infra_backoff_cap_seconds)
 
@@ -105,13 +105,13 @@ def settled(session: Session, ti: TaskInstance | None, archived_state: str | Non
     if ti is not None:
         if archived_state is not None:
             archive_try(session, ti, archived_state)
-        if ti.state in s.FINISHED:
+        if ti.state in states.FINISHED:
             refresh_run(session, ti.dag_run_id, now)
     return ti
 
 
 def apply_outcome(
-    *, session: Session, ti: TaskInstance, outcome: Outcome, backoff: Backoff, now: datetime | None = None,
+    *, session: Session, ti: TaskInstance, outcome: Outcome, backoff: InfraBackoff, now: datetime | None = None,
     within: Rail | None = None, locked: bool = False,
 ) -> TaskInstance | None:
     """Route one attempt's outcome from the state `ti` was read in.
@@ -138,28 +138,28 @@ def apply_outcome(
         return moved
 
     if outcome.kind == "success":
-        return settled(session, move(s.SUCCEED, ended_at=now), s.SUCCESS, now)
+        return settled(session, move(states.SUCCEED, ended_at=now), states.SUCCESS, now)
     if outcome.kind == "failed":
         failure = {"last_failure_kind": "app", "last_failure_reason": outcome.reason, "ended_at": now}
         if ti.try_number <= ti.max_tries:
             retry_at = now + timedelta(seconds=ti.retry_delay_seconds)
-            return settled(session, move_to_wait(s.FAIL_FOR_RETRY, next_eligible_at=retry_at, **failure),
-                           s.FAILED, now)
-        return settled(session, move(s.FAIL, **failure), s.FAILED, now)
+            return settled(session, move_to_wait(states.FAIL_FOR_RETRY, next_eligible_at=retry_at, **failure),
+                           states.FAILED, now)
+        return settled(session, move(states.FAIL, **failure), states.FAILED, now)
     if outcome.kind == "unexecutable":
         failure = {"last_failure_kind": "infra", "last_failure_reason": outcome.reason}
         started_non_idempotent = not ti.idempotent and ti.user_code_started
         if started_non_idempotent or ti.infra_attempts >= ti.max_infra_attempts:
-            return settled(session, move(s.INFRA_FAIL, ended_at=now, **failure), s.INFRA_FAILED, now)
-        return move_to_wait(s.REPLACE_AFTER_INFRA_FAULT, infra_attempts=ti.infra_attempts + 1,
+            return settled(session, move(states.INFRA_FAIL, ended_at=now, **failure), states.INFRA_FAILED, now)
+        return move_to_wait(states.REPLACE_AFTER_INFRA_FAULT, infra_attempts=ti.infra_attempts + 1,
                             next_eligible_at=now + backoff.delay(ti.infra_attempts), **NEW_EXECUTION, **failure)
-    return move_to_wait(s.RESCHEDULE, next_eligible_at=outcome.reschedule_at, last_heartbeat_at=None)
+    return move_to_wait(states.RESCHEDULE, next_eligible_at=outcome.reschedule_at, last_heartbeat_at=None)
 
 
 def requeue(*, session: Session, ti: TaskInstance) -> TaskInstance | None:
     """queued -> scheduled, same try, new epoch, no infra budget spent: a worker hands back a
     claim whose user code never started."""
-    moved = cas(session, ti, s.REQUEUE, next_eligible_at=None, **NEW_EXECUTION)
+    moved = cas(session, ti, states.REQUEUE, next_eligible_at=None, **NEW_EXECUTION)
     if moved is not None:
         announce(session, count=1, queue=moved.queue)
     return moved
@@ -187,21 +187,21 @@ def _settling_success(dialect: Dialect, alongside: Alongside | None) -> Executab
     `alongside_done` says whether that changed a row (always false on SQLite, where the caller
     makes its change itself)."""
     others_unfinished = exists().where(_SIBLING.c.dag_run_id == TI.c.dag_run_id, _SIBLING.c.id != TI.c.id,
-                                       ~one_of(_SIBLING.c.state, s.FINISHED))
+                                       ~one_of(_SIBLING.c.state, states.FINISHED))
     columns = [*SETTLED_COLUMNS, others_unfinished.label("others_unfinished")]
     if dialect.writes_in_ctes:
         columns.append(room_notification().label("room_announced"))
     else:
         columns.append(literal(False).label("alongside_done"))
     settle = (update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
-                               TI.c.attempt_epoch == bindparam("key_epoch"), from_sources(s.SUCCEED))
-              .values(**moved_to(s.SUCCEED, bindparam("now", type_=UTCDateTime())), ended_at=bindparam("now"))
+                               TI.c.attempt_epoch == bindparam("key_epoch"), from_sources(states.SUCCEED))
+              .values(**moved_to(states.SUCCEED, bindparam("now", type_=UTCDateTime())), ended_at=bindparam("now"))
               .returning(*columns))
     if not dialect.writes_in_ctes:
         return settle
     moved = settle.cte("settled")
     archive = archived(moved.c, bindparam("archive_id", type_=HISTORY.c.id.type),
-                       literal(s.SUCCESS, HISTORY.c.state.type))
+                       literal(states.SUCCESS, HISTORY.c.state.type))
     done = exists(select(alongside(moved).c.id)) if alongside is not None else literal(False)
     return select(moved, done.label("alongside_done")).add_cte(archiving(dialect, archive).cte("archived"))
 
@@ -222,7 +222,7 @@ def settle_success(*, session: Session, ti_id: uuid.UUID, try_number: int, attem
     if moved is not None:
         if not dialect.writes_in_ctes:
             announce_room(session)
-            archive_try(session, moved, s.SUCCESS)
+            archive_try(session, moved, states.SUCCESS)
         if moved.has_downstream:
             ready_downstream(session, moved.dag_run_id, moved.task_id, now)
         elif not moved.others_unfinished:

@@ -16,7 +16,7 @@ from sqlmodel import Session
 
 from app.db.statements import one_of
 from app.db.types import UTCDateTime
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.cas import NEW_EXECUTION, TI, from_sources, moved_to
 from app.orchestration.events import announce_queues
 from app.orchestration.models import TaskInstance
@@ -25,9 +25,9 @@ from app.orchestration.states import Rail
 # The time-driven rails, and what each sets beyond its rail: reset_for_retry starts the next
 # try on a fresh infra budget; redispatch_after_reschedule keeps the try.
 PROMOTIONS: dict[Rail, dict[str, Any]] = {
-    s.RESET_FOR_RETRY: {"try_number": TI.c.try_number + 1, "infra_attempts": 0, "ended_at": None,
+    states.RESET_FOR_RETRY: {"try_number": TI.c.try_number + 1, "infra_attempts": 0, "ended_at": None,
                         "queued_at": None},
-    s.REDISPATCH_AFTER_RESCHEDULE: {},
+    states.REDISPATCH_AFTER_RESCHEDULE: {},
 }
 
 
@@ -60,7 +60,7 @@ def promote_eligible(*, session: Session, now: datetime, skip_locked: bool) -> N
     promote(session=session, now=now, skip_locked=skip_locked)
 
 
-WAITING_STATES = (s.SCHEDULED, s.UP_FOR_RETRY, s.UP_FOR_RESCHEDULE)
+WAITING_STATES = (states.SCHEDULED, states.UP_FOR_RETRY, states.UP_FOR_RESCHEDULE)
 
 
 def next_eligible_at(*, session: Session, now: datetime) -> datetime | None:

@@ -19,7 +19,7 @@ from sqlmodel import Session
 
 from app.db.statements import one_of
 from app.db.types import UTCDateTime
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.cas import RUNS, TI, from_sources, lock_run, moved_to
 from app.orchestration.events import announce_queues
 from app.orchestration.models import TaskInstance
@@ -30,25 +30,25 @@ def judge(upstream: Sequence[str]) -> Rail | None:
     """The readiness rail of a waiting task instance whose upstreams are in the states
     `upstream`: upstream_fail if one of them failed (or was skipped), else ready if all
     succeeded (or there are none), else None: it waits."""
-    if any(st in s.NOT_SUCCEEDED for st in upstream):
-        return s.UPSTREAM_FAIL
-    if all(st == s.SUCCESS for st in upstream):
-        return s.READY
+    if any(st in states.NOT_SUCCEEDED for st in upstream):
+        return states.UPSTREAM_FAIL
+    if all(st == states.SUCCESS for st in upstream):
+        return states.READY
     return None
 
 
 # The statements, built once with bound values (building one cost more than running it).
-WAITING = select(TI.c.id, TI.c.upstream_task_ids).where(TI.c.dag_run_id == bindparam("run"), TI.c.state == s.NONE)
+WAITING = select(TI.c.id, TI.c.upstream_task_ids).where(TI.c.dag_run_id == bindparam("run"), TI.c.state == states.NONE)
 UPSTREAM_STATES = select(TI.c.task_id, TI.c.state).where(TI.c.dag_run_id == bindparam("run"),
                                                          TI.c.task_id.in_(bindparam("tasks", expanding=True)))
 MOVES = {rail: update(TI).where(TI.c.id.in_(bindparam("ids", expanding=True)), from_sources(rail))
          .values(**moved_to(rail, bindparam("now", type_=UTCDateTime()))).returning(TI.c.queue)
-         for rail in (s.READY, s.UPSTREAM_FAIL)}
+         for rail in (states.READY, states.UPSTREAM_FAIL)}
 _OF_RUN = TI.c.dag_run_id == bindparam("run")
-_UNFINISHED, _UNSUCCESSFUL = exists().where(_OF_RUN, ~one_of(TI.c.state, s.FINISHED)), \
-    exists().where(_OF_RUN, TI.c.state != s.SUCCESS)
+_UNFINISHED, _UNSUCCESSFUL = exists().where(_OF_RUN, ~one_of(TI.c.state, states.FINISHED)), \
+    exists().where(_OF_RUN, TI.c.state != states.SUCCESS)
 SETTLE_RUN = update(RUNS).where(RUNS.c.id == bindparam("run")).values(
-    state=case((_UNFINISHED, "running"), (_UNSUCCESSFUL, s.FAILED), else_=s.SUCCESS),
+    state=case((_UNFINISHED, "running"), (_UNSUCCESSFUL, states.FAILED), else_=states.SUCCESS),
     ended_at=case((_UNFINISHED, null()), else_=bindparam("now", type_=UTCDateTime())),
     updated_at=bindparam("now", type_=UTCDateTime()))
 
@@ -61,7 +61,7 @@ def settle_run(session: Session, dag_run_id: uuid.UUID, now: datetime) -> None:
 
 def _move(session: Session, rail: Rail, ids: list[uuid.UUID], now: datetime) -> None:
     queues = session.execute(MOVES[rail], {"ids": ids, "now": now}).scalars().all()
-    if rail is s.READY:
+    if rail is states.READY:
         announce_queues(session, queues)
 
 
@@ -81,13 +81,13 @@ def ready_downstream(session: Session, dag_run_id: uuid.UUID, task_id: str, now:
         ready = []
         for row in downstream:
             rail = judge([st for task in row.upstream_task_ids for st in upstream_states.get(task, [])])
-            if rail is s.UPSTREAM_FAIL:
+            if rail is states.UPSTREAM_FAIL:
                 refresh_run(session, dag_run_id, now)
                 return
-            if rail is s.READY:
+            if rail is states.READY:
                 ready.append(row.id)
         if ready:
-            _move(session, s.READY, ready, now)
+            _move(session, states.READY, ready, now)
     settle_run(session, dag_run_id, now)
 
 
@@ -102,8 +102,8 @@ def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reope
     lock_run(session, dag_run_id)
     if reopen:
         session.execute(update(TaskInstance)
-                        .where(TaskInstance.dag_run_id == dag_run_id, from_sources(s.REOPEN))
-                        .values(**moved_to(s.REOPEN, now)).execution_options(synchronize_session=False))
+                        .where(TaskInstance.dag_run_id == dag_run_id, from_sources(states.REOPEN))
+                        .values(**moved_to(states.REOPEN, now)).execution_options(synchronize_session=False))
     # Only what readiness needs, not whole rows: this runs on every finished task instance.
     rows = session.execute(
         select(TaskInstance.id, TaskInstance.task_id, TaskInstance.state, TaskInstance.upstream_task_ids)
@@ -117,7 +117,7 @@ def refresh_run(session: Session, dag_run_id: uuid.UUID, now: datetime, *, reope
     while changed:  # upstream_failed propagates down the graph
         changed = False
         for row in rows:
-            if state[row.id] != s.NONE:
+            if state[row.id] != states.NONE:
                 continue
             rail = judge([state[u] for task in row.upstream_task_ids for u in by_task.get(task, [])])
             if rail is not None:

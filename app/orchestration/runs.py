@@ -10,7 +10,7 @@ from sqlmodel import Session
 from app.db.statements import paginate
 from app.db.types import utcnow
 from app.errors import AppError, not_found
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.events import announce_queues
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.routes import RouteCheck
@@ -45,13 +45,13 @@ def create_run(*, session: Session, request: RunCreate, check_routes: RouteCheck
             retries=t.retries, max_tries=t.retries, retry_delay_seconds=t.retry_delay,
             max_infra_attempts=t.max_infra_attempts, idempotent=t.idempotent, queue=t.queue, pool=t.pool,
             pool_slots=t.pool_slots, priority_weight=t.priority_weight, tenant_id=run.tenant_id,
-            state=s.NONE if t.upstream else s.SCHEDULED, created_at=now, updated_at=now,
+            state=states.NONE if t.upstream else states.SCHEDULED, created_at=now, updated_at=now,
         )
         for t in request.tasks
     ]
     session.add_all(tis)
     session.flush()
-    announce_queues(session, (ti.queue for ti in tis if ti.state == s.SCHEDULED))
+    announce_queues(session, (ti.queue for ti in tis if ti.state == states.SCHEDULED))
     return run, tis
 
 

@@ -55,10 +55,6 @@ NOT_SUCCEEDED = (*FAILED_STATES, SKIPPED)  # finished without success: a downstr
 AWAITING = (NONE, SCHEDULED, UP_FOR_RETRY, UP_FOR_RESCHEDULE)  # unfinished, nothing in flight
 CLEARABLE = (*FINISHED, QUEUED, RUNNING, UP_FOR_RETRY, UP_FOR_RESCHEDULE)
 
-# Infrastructure reasons an attempt may be unexecutable for (contract 2.4).
-INFRA_REASONS = ("evicted", "oom_killed", "node_lost", "deadline_exceeded", "agent_lost",
-                 "dispatch_lost", "worker_lost", "dispatch_failed")
-
 
 @dataclass(frozen=True)
 class Rail:

@@ -9,7 +9,7 @@ from sqlmodel import Session
 from app.db.dialect import dialect_of
 from app.db.statements import insert_ignore, upsert_columns
 from app.errors import AppError, conflict, not_found
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.events import announce_room
 from app.orchestration.models import TaskInstance
 from app.orchestration.routes import DEFAULT_POOL
@@ -35,7 +35,7 @@ class PoolUse:
         return self.pool.slots - self.occupied
 
 
-def _slots_in(state: s.State):
+def _slots_in(state: states.State):
     return func.coalesce(func.sum(case((TaskInstance.state == state, TaskInstance.pool_slots), else_=0)), 0)
 
 
@@ -46,9 +46,10 @@ def pool_uses(*, session: Session, names: Iterable[str] | None = None) -> list[P
         pools = pools.where(Pool.name.in_(list(names)))
     found = list(session.execute(pools).scalars())
     use = {row.pool: row for row in session.execute(
-        select(TaskInstance.pool, _slots_in(s.QUEUED).label("queued"), _slots_in(s.RUNNING).label("running"),
-               _slots_in(s.SCHEDULED).label("scheduled"))
-        .where(TaskInstance.state.in_((s.SCHEDULED, *s.IN_FLIGHT)), TaskInstance.pool.in_([p.name for p in found]))
+        select(TaskInstance.pool, _slots_in(states.QUEUED).label("queued"), _slots_in(states.RUNNING).label("running"),
+               _slots_in(states.SCHEDULED).label("scheduled"))
+        .where(TaskInstance.state.in_((states.SCHEDULED, *states.IN_FLIGHT)),
+               TaskInstance.pool.in_([p.name for p in found]))
         .group_by(TaskInstance.pool))}
     return [PoolUse(p, *(int(use[p.name][i]) for i in (1, 2, 3))) if p.name in use else PoolUse(p) for p in found]
 
@@ -93,7 +94,7 @@ def delete_pool(*, session: Session, name: str) -> None:
     if session.execute(delete(Pool).where(Pool.name == name).returning(Pool.name)).first() is None:
         raise not_found("pool", f"No pool {name!r}.")
     if session.execute(select(TaskInstance.id).where(
-            TaskInstance.pool == name, TaskInstance.state.not_in(s.FINISHED)).limit(1)).first():
+            TaskInstance.pool == name, TaskInstance.state.not_in(states.FINISHED)).limit(1)).first():
         raise conflict("pool-in-use", "Pool in use", f"Unfinished task instances name pool {name!r}.")
 
 
@@ -126,9 +127,9 @@ def tenant(*, session: Session, tenant_id: str) -> TenantView:
     cap = session.execute(select(Tenant.max_running).where(Tenant.tenant_id == tenant_id)).scalar()
     counts = dict(session.execute(
         select(TaskInstance.state, func.count()).where(TaskInstance.tenant_id == tenant_id,
-                                                       TaskInstance.state.in_(s.IN_FLIGHT))
+                                                       TaskInstance.state.in_(states.IN_FLIGHT))
         .group_by(TaskInstance.state)).all())
-    return TenantView(tenant_id, cap, counts.get(s.QUEUED, 0), counts.get(s.RUNNING, 0))
+    return TenantView(tenant_id, cap, counts.get(states.QUEUED, 0), counts.get(states.RUNNING, 0))
 
 
 def set_tenant_cap(*, session: Session, tenant_id: str, max_running: int) -> TenantView:

@@ -1,1 +1,2 @@
-"""Metrics, request observation, log format and tracing: imports no domain (the worker may use it)."""
+"""Metrics, request observation, log format and tracing, and the words the agents share with the
+server (reasons.py): imports no domain (the worker may use it)."""

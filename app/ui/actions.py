@@ -15,8 +15,7 @@ from sqlmodel import Session
 
 from app.errors import AppError
 from app.execution import operator
-from app.orchestration import runs
-from app.orchestration import states as s
+from app.orchestration import runs, states
 from app.orchestration.models import DagRun, TaskInstance
 
 RunAction = Literal["cancel", "clear-failed"]
@@ -35,34 +34,34 @@ class Change:
 
 
 def _fenced(ti: TaskInstance) -> str | None:
-    if ti.state not in s.IN_FLIGHT:
+    if ti.state not in states.IN_FLIGHT:
         return None
     on = f" on execution {str(ti.execution_id)[:8]}" if ti.execution_id else ""
     return f"try {ti.try_number}, epoch {ti.attempt_epoch}{on} (told to terminate)"
 
 
 def _next_try(ti: TaskInstance) -> str:
-    number = ti.try_number if ti.state == s.UPSTREAM_FAILED else ti.try_number + 1
+    number = ti.try_number if ti.state == states.UPSTREAM_FAILED else ti.try_number + 1
     return f"a new try ({number}), waiting or scheduled"
 
 
 def run_changes(action: RunAction, tis: list[TaskInstance]) -> list[Change]:
     if action == "cancel":
-        return [Change(ti, s.FAILED if ti.state in s.IN_FLIGHT else s.SKIPPED, _fenced(ti))
-                for ti in tis if ti.state not in s.FINISHED]
-    return [Change(ti, _next_try(ti), None) for ti in tis if ti.state in s.CLEAR_FAILED.sources]
+        return [Change(ti, states.FAILED if ti.state in states.IN_FLIGHT else states.SKIPPED, _fenced(ti))
+                for ti in tis if ti.state not in states.FINISHED]
+    return [Change(ti, _next_try(ti), None) for ti in tis if ti.state in states.CLEAR_FAILED.sources]
 
 
 def ti_changes(action: TaskAction, ti: TaskInstance) -> list[Change]:
     if action == "clear":
-        return [Change(ti, _next_try(ti), _fenced(ti))] if ti.state in s.CLEAR.sources else []
+        return [Change(ti, _next_try(ti), _fenced(ti))] if ti.state in states.CLEAR.sources else []
     if action in ("mark-success", "mark-failed"):
-        verdict = s.SUCCESS if action == "mark-success" else s.FAILED
+        verdict = states.SUCCESS if action == "mark-success" else states.FAILED
         return [Change(ti, verdict, _fenced(ti))] if ti.state != verdict else []
-    if ti.state not in s.IN_FLIGHT:
+    if ti.state not in states.IN_FLIGHT:
         return []
     if ti.infra_attempts >= ti.max_infra_attempts or (not ti.idempotent and ti.user_code_started):
-        return [Change(ti, f"{s.INFRA_FAILED} (no re-place left for this try)", _fenced(ti))]
+        return [Change(ti, f"{states.INFRA_FAILED} (no re-place left for this try)", _fenced(ti))]
     return [Change(ti, f"scheduled again at once on try {ti.try_number} (infra budget "
                        f"{ti.infra_attempts + 1} of {ti.max_infra_attempts})", _fenced(ti))]
 
@@ -84,8 +83,8 @@ def apply_ti(*, session: Session, action: TaskAction, ti_id: uuid.UUID) -> None:
     if action == "clear":
         operator.require_moved(operator.clear(session=session, ti=ti))
     else:
-        operator.require_moved(operator.mark(session=session, ti=ti,
-                                             state=s.SUCCESS if action == "mark-success" else s.FAILED))
+        operator.require_moved(operator.mark_state(session=session, ti=ti,
+                                             state=states.SUCCESS if action == "mark-success" else states.FAILED))
 
 
 def refusal(exc: AppError) -> str:

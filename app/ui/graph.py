@@ -11,7 +11,7 @@ times down and up to cut crossings. The task instances of a mapped task share on
 from collections import Counter
 from dataclasses import dataclass, field
 
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.models import TaskInstance
 
 NODE_W, NODE_H = 200, 56
@@ -21,8 +21,8 @@ SWEEPS = 4
 LABEL_CHARS = 25  # what fits on a node at the stylesheet's font size
 
 # Which state colours a mapped task's node: what needs attention first, then what is moving.
-PRIORITY = (s.FAILED, s.INFRA_FAILED, s.UPSTREAM_FAILED, s.UP_FOR_RETRY, s.RUNNING, s.QUEUED,
-            s.UP_FOR_RESCHEDULE, s.SCHEDULED, s.NONE, s.SUCCESS)
+PRIORITY = (states.FAILED, states.INFRA_FAILED, states.UPSTREAM_FAILED, states.UP_FOR_RETRY, states.RUNNING,
+            states.QUEUED, states.UP_FOR_RESCHEDULE, states.SCHEDULED, states.NONE, states.SUCCESS)
 
 
 def clip(text: str, chars: int) -> str:

@@ -20,8 +20,7 @@ from app.db.types import utcnow
 from app.errors import AppError
 from app.logs import service as logs
 from app.logs.deps import StoreDep
-from app.orchestration import runs
-from app.orchestration import states as s
+from app.orchestration import runs, states
 from app.orchestration.models import TaskInstance
 from app.ui import access, actions, graph, timeline, views
 from app.ui.access import UiOperatorDep
@@ -68,7 +67,7 @@ def _size(n: int) -> str:
 
 env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
 env.filters.update(ts=_ts, seg=_segment, size=_size, age=_age, short=lambda v: str(v)[:8] if v else "—")
-env.globals.update(duration=_duration, FINISHED=s.FINISHED, IN_FLIGHT=s.IN_FLIGHT,
+env.globals.update(duration=_duration, FINISHED=states.FINISHED, IN_FLIGHT=states.IN_FLIGHT,
                    tail_kib=views.LOG_TAIL_BYTES // 1024, KIND_TEXT=timeline.KIND_TEXT,
                    G=graph, T=timeline, refresh_seconds=REFRESH_SECONDS)  # the layouts' sizes
 templates = Jinja2Templates(env=env)
@@ -175,7 +174,7 @@ def run_detail(request: Request, dag_id: str, run_id: str, session: SessionDep, 
                view: Literal["grid", "graph", "timeline"] = "grid") -> Response:
     """The run as a task grid, a graph or an epoch timeline (?view=)."""
     run, tis = views.run_page(session=session, dag_id=dag_id, run_id=run_id)
-    counts = {state: sum(1 for ti in tis if ti.state == state) for state in s.ALL}
+    counts = {state: sum(1 for ti in tis if ti.state == state) for state in states.ALL}
     shown: dict[str, Any] = {}
     if view == "graph":
         shown["graph"] = views.run_graph(tis)
@@ -188,13 +187,13 @@ def run_detail(request: Request, dag_id: str, run_id: str, session: SessionDep, 
 @router.get("/task-instances/{ti_id}")
 def task_instance(request: Request, ti_id: uuid.UUID, session: SessionDep, operator: UiOperatorDep) -> Response:
     ti, tries = views.task_instance_page(session=session, ti_id=ti_id)
-    return page(request, "task_instance.html", operator=operator, refresh=ti.state not in s.FINISHED,
+    return page(request, "task_instance.html", operator=operator, refresh=ti.state not in states.FINISHED,
                 ti=ti, tries=tries)
 
 
 @router.get("/task-instances/{ti_id}/tries/{try_number}/log")
-def try_log(request: Request, ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
-            operator: UiOperatorDep) -> Response:
+def try_log_page(request: Request, ti_id: uuid.UUID, try_number: int, session: SessionDep, store: StoreDep,
+                 operator: UiOperatorDep) -> Response:
     view = views.log_page(session=session, store=store, ti_id=ti_id, try_number=try_number)
     return page(request, "log.html", operator=operator, view=view, ti=view.ti)
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from app.execution.models import TaskAttempt
 from app.identity.models import Execution
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.models import TaskInstance
 from app.orchestration.states import AttemptState
 from app.ui.graph import clip
@@ -56,7 +56,8 @@ def describe(attempt: TaskAttempt, live: bool) -> str:
 
 
 def is_live(attempt: TaskAttempt, ti: TaskInstance) -> bool:
-    return ti.state in s.IN_FLIGHT and (attempt.try_number, attempt.attempt_epoch) == (ti.try_number, ti.attempt_epoch)
+    return (ti.state in states.IN_FLIGHT
+            and (attempt.try_number, attempt.attempt_epoch) == (ti.try_number, ti.attempt_epoch))
 
 
 def runner_text(attempt: TaskAttempt, runners: dict[uuid.UUID, Execution]) -> str:

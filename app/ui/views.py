@@ -19,8 +19,7 @@ from app.identity import service as identity
 from app.identity.schemas import ExecutionPublic, execution_public
 from app.logs import service as logs
 from app.logs.stores.base import LogStore
-from app.orchestration import runs
-from app.orchestration import states as s
+from app.orchestration import runs, states
 from app.orchestration.models import DagRun, TaskInstance
 from app.routing import service as routing
 from app.ui import charts, graph, tail, timeline
@@ -81,7 +80,7 @@ def task_instance_page(*, session: Session, ti_id: uuid.UUID) -> tuple[TaskInsta
                   history.runners(session, [a for t in found for a in t.epochs]).items()}
     tries = {n: Try(n) for n in range(1, ti.try_number + 1)}
     for t in found:
-        live = t.current and ti.state in s.IN_FLIGHT
+        live = t.current and ti.state in states.IN_FLIGHT
         tries.setdefault(t.number, Try(t.number)).epochs.extend(
             Epoch(a, executions.get(a.execution_id) if a.execution_id else None,
                   current=live and a.attempt_epoch == ti.attempt_epoch)

@@ -22,8 +22,9 @@ CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """What the worker reports for one attempt, and a line saying why, for the log."""
+class ReportedOutcome:
+    """The outcome an agent (the worker, the launcher) reports for one attempt, and a line saying
+    why, for the log."""
 
     state: str  # success | failed | unexecutable | rescheduled
     reason: str | None
@@ -31,7 +32,7 @@ class Outcome:
     reschedule_at: str | None = None  # ISO 8601, for rescheduled (a Pod's termination message)
 
 
-def classify(returncode: int, stopped_for: str | None) -> Outcome:
+def classify(returncode: int, stopped_for: str | None) -> ReportedOutcome:
     """The outcome of a command that ended with `returncode` (negative: killed by that signal).
     `stopped_for` is why the worker itself stopped it (deadline, shutdown), if it did.
 
@@ -42,23 +43,24 @@ def classify(returncode: int, stopped_for: str | None) -> Outcome:
     other (SIGTERM, SIGINT, SIGHUP, …) a termination from outside: evicted.
     """
     if stopped_for == "deadline":
-        return Outcome("unexecutable", "deadline_exceeded", "stopped by the worker: timeout_seconds exceeded")
+        return ReportedOutcome("unexecutable", "deadline_exceeded", "stopped by the worker: timeout_seconds exceeded")
     if stopped_for == "shutdown":
-        return Outcome("unexecutable", "worker_lost", "stopped by the worker: it shut down before the task ended")
+        return ReportedOutcome("unexecutable", "worker_lost",
+                               "stopped by the worker: it shut down before the task ended")
     if returncode == 0:
-        return Outcome("success", None, "exited with status 0")
+        return ReportedOutcome("success", None, "exited with status 0")
     if returncode > 0:
-        return Outcome("failed", None, f"exited with status {returncode}")
+        return ReportedOutcome("failed", None, f"exited with status {returncode}")
     sig = signal.Signals(-returncode) if -returncode in signal.valid_signals() else None
     name = sig.name if sig else f"signal {-returncode}"
     if sig == signal.SIGKILL:
-        return Outcome("unexecutable", "oom_killed",
+        return ReportedOutcome("unexecutable", "oom_killed",
                        f"killed by {name}, not sent by the worker: taken as the OOM killer")
     if sig in CRASH_SIGNALS:
-        return Outcome("failed", None, f"crashed with {name}")
+        return ReportedOutcome("failed", None, f"crashed with {name}")
     if sig == signal.SIGXCPU:
-        return Outcome("unexecutable", "deadline_exceeded", f"killed by {name}: its CPU time limit")
-    return Outcome("unexecutable", "evicted", f"killed by {name}, not sent by the worker: taken as an eviction")
+        return ReportedOutcome("unexecutable", "deadline_exceeded", f"killed by {name}: its CPU time limit")
+    return ReportedOutcome("unexecutable", "evicted", f"killed by {name}, not sent by the worker: taken as an eviction")
 
 
 # The correlation bag, as user code sees it (so it can fence its own external writes).

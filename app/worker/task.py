@@ -21,7 +21,7 @@ from app.worker.api import Backoff, GaveUp, Refused, ServerUnreachable, Stale, r
 from app.worker.context import Context
 from app.worker.deliver import deliver
 from app.worker.logship import LogShipper, append_line
-from app.worker.process import ExitWatch, Outcome, classify, command_of, exited, signal_group, spawn, task_env
+from app.worker.process import ExitWatch, ReportedOutcome, classify, command_of, exited, signal_group, spawn, task_env
 from app.worker.state import attempt_key, describe
 from app.worker.tokens import unverified_claims
 
@@ -87,7 +87,7 @@ class TaskRunner:
         argv = command_of(self.payload)
         if not argv:
             # An image payload is for a Kubernetes launcher; this worker cannot place it.
-            self._finish(Outcome("unexecutable", "dispatch_failed", "the payload has no command to run"))
+            self._finish(ReportedOutcome("unexecutable", "dispatch_failed", "the payload has no command to run"))
             return
         if not self._report_running():
             return
@@ -95,7 +95,7 @@ class TaskRunner:
         try:
             proc = spawn(argv, env, self.ctx.state.spool(self.key))
         except OSError as exc:  # the user's command cannot be started: its own failure
-            self._finish(Outcome("failed", None, f"cannot start {argv[0]!r}: {exc.strerror or exc}"))
+            self._finish(ReportedOutcome("failed", None, f"cannot start {argv[0]!r}: {exc.strerror or exc}"))
             return
         self.record["pgid"] = proc.pid
         self.ctx.state.save_attempt(self.key, self.record)
@@ -144,7 +144,8 @@ class TaskRunner:
             if exc.type == "attempt-started":
                 # `running` landed though its answer was lost: the server counts the attempt as
                 # started, so it ends with an outcome, the infra fault it is.
-                self._finish(Outcome("unexecutable", "worker_lost", "the worker stopped before starting the command"))
+                self._finish(ReportedOutcome("unexecutable", "worker_lost",
+                                             "the worker stopped before starting the command"))
                 return
             self.log.info("%s: not handed back (%s); the server's reapers re-place it", self.name, exc)
         except ServerUnreachable as exc:
@@ -253,7 +254,7 @@ class TaskRunner:
         self.record["attempt_token"] = self.token
         self.ctx.state.save_attempt(self.key, self.record)
 
-    def _finish(self, outcome: Outcome, tender: threading.Thread | None = None) -> None:
+    def _finish(self, outcome: ReportedOutcome, tender: threading.Thread | None = None) -> None:
         """Journal the outcome (durably, before anything is sent, and before waiting on the
         `tender`'s call in flight), then deliver it."""
         suffix = f" ({outcome.reason})" if outcome.reason else ""

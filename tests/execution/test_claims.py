@@ -10,7 +10,7 @@ from sqlmodel import Session
 from app.db.types import utcnow
 from app.execution import reapers
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import Backoff
+from app.orchestration.outcomes import InfraBackoff
 from tests.support.api import Worker, assert_problem, assert_stale, task, ti_ids
 
 
@@ -110,7 +110,7 @@ class TestEpochPerDispatch:
         first = worker.claim_one()
         with Session(engine) as session:
             thresholds = reapers.Thresholds(agent_lost=timedelta(minutes=2), dispatch_lost=timedelta(0))
-            marked = reapers.sweep(session=session, thresholds=thresholds, backoff=Backoff(0), now=utcnow())
+            marked = reapers.sweep(session=session, thresholds=thresholds, backoff=InfraBackoff(0), now=utcnow())
             session.commit()
         assert marked == {"dispatch_lost": 1}
         second = worker.claim_one()

@@ -12,12 +12,12 @@ from sqlmodel import Session
 from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.execution import reapers
-from app.orchestration.outcomes import Backoff
+from app.orchestration.outcomes import InfraBackoff
 from tests.support.api import Worker, assert_stale, task
 from tests.support.concurrency import wait_for_lock_waits
 
 THRESHOLDS = reapers.Thresholds(agent_lost=timedelta(seconds=120), dispatch_lost=timedelta(seconds=600))
-NO_BACKOFF = Backoff(0)
+NO_BACKOFF = InfraBackoff(0)
 
 
 def sweep(engine, now: datetime) -> dict[str, int]:

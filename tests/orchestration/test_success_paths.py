@@ -13,36 +13,37 @@ from sqlalchemy import Engine, select, update
 from sqlmodel import Session
 
 from app.db.types import utcnow
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.cas import HISTORY, RUNS, TI, lock_run_of
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, settle_success
+from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome, settle_success
 from tests.support.api import task
 
 # name -> (the run's tasks, the state each task but "a" is put in, the states a success of "a"
 #          leaves: of the run, and of each task whose state it changes)
-SCENARIOS: dict[str, tuple[list[dict[str, Any]], dict[str, s.State], dict[str, str]]] = {
-    "alone: the run succeeds": ([task("a")], {}, {"run": s.SUCCESS}),
-    "another runs: the run runs": ([task("a"), task("b")], {"b": s.RUNNING}, {"run": "running"}),
-    "the last, another failed: the run fails": ([task("a"), task("b")], {"b": s.FAILED}, {"run": s.FAILED}),
-    "a chain: the next is ready": ([task("a"), task("b", "a"), task("c", "b")], {"b": s.NONE, "c": s.NONE},
-                                   {"run": "running", "b": s.SCHEDULED}),
+SCENARIOS: dict[str, tuple[list[dict[str, Any]], dict[str, states.State], dict[str, str]]] = {
+    "alone: the run succeeds": ([task("a")], {}, {"run": states.SUCCESS}),
+    "another runs: the run runs": ([task("a"), task("b")], {"b": states.RUNNING}, {"run": "running"}),
+    "the last, another failed: the run fails": ([task("a"), task("b")], {"b": states.FAILED}, {"run": states.FAILED}),
+    "a chain: the next is ready": ([task("a"), task("b", "a"), task("c", "b")], {"b": states.NONE, "c": states.NONE},
+                                   {"run": "running", "b": states.SCHEDULED}),
     "a join, one upstream runs: it waits": ([task("a"), task("b"), task("c", "a", "b")],
-                                            {"b": s.RUNNING, "c": s.NONE}, {"run": "running"}),
+                                            {"b": states.RUNNING, "c": states.NONE}, {"run": "running"}),
     "a join, the others succeeded: it is ready": ([task("a"), task("b"), task("c", "a", "b")],
-                                                  {"b": s.SUCCESS, "c": s.NONE}, {"run": "running", "c": s.SCHEDULED}),
+                                                  {"b": states.SUCCESS, "c": states.NONE},
+                                                  {"run": "running", "c": states.SCHEDULED}),
     "a join, an upstream failed unpropagated: it fails": ([task("a"), task("b"), task("c", "a", "b")],
-                                                          {"b": s.FAILED, "c": s.NONE},
-                                                          {"run": s.FAILED, "c": s.UPSTREAM_FAILED}),
+                                                          {"b": states.FAILED, "c": states.NONE},
+                                                          {"run": states.FAILED, "c": states.UPSTREAM_FAILED}),
     "a fan-out, with a waiting grandchild": ([task("a"), task("b", "a"), task("d", "a"), task("c", "b", "d")],
-                                             {"b": s.NONE, "c": s.NONE, "d": s.NONE},
-                                             {"run": "running", "b": s.SCHEDULED, "d": s.SCHEDULED}),
+                                             {"b": states.NONE, "c": states.NONE, "d": states.NONE},
+                                             {"run": "running", "b": states.SCHEDULED, "d": states.SCHEDULED}),
     "a mapped upstream, one index runs: it waits": (
-        [task("a", map_index=0), task("a", map_index=1), task("b", "a")], {"a[1]": s.RUNNING, "b": s.NONE},
+        [task("a", map_index=0), task("a", map_index=1), task("b", "a")], {"a[1]": states.RUNNING, "b": states.NONE},
         {"run": "running"}),
     "a mapped upstream, the other index succeeded: it is ready": (
-        [task("a", map_index=0), task("a", map_index=1), task("b", "a")], {"a[1]": s.SUCCESS, "b": s.NONE},
-        {"run": "running", "b": s.SCHEDULED}),
+        [task("a", map_index=0), task("a", map_index=1), task("b", "a")], {"a[1]": states.SUCCESS, "b": states.NONE},
+        {"run": "running", "b": states.SCHEDULED}),
 }
 
 
@@ -50,18 +51,18 @@ def _name(ti: dict[str, Any]) -> str:
     return ti["task_id"] if ti["map_index"] <= 0 else f"{ti['task_id']}[{ti['map_index']}]"
 
 
-def _set_up(operator: Any, engine: Engine, tasks: list[dict[str, Any]], states: dict[str, s.State],
+def _set_up(operator: Any, engine: Engine, tasks: list[dict[str, Any]], given: dict[str, states.State],
             run_id: str, before: datetime) -> uuid.UUID:
     """The run with "a" (index 0 if mapped) running its second try since `before`, the others
-    as `states` say; answers the id of "a"."""
+    as `given` says; answers the id of "a"."""
     run = operator.create_run(*tasks, run_id=run_id)
     ids = {_name(ti): uuid.UUID(ti["ti_id"]) for ti in run["task_instances"]}
     with Session(engine) as session:
         for name, ti_id in ids.items():
             session.execute(update(TaskInstance).where(TaskInstance.id == ti_id).values(
-                state=states.get(name, s.SCHEDULED), updated_at=before))
+                state=given.get(name, states.SCHEDULED), updated_at=before))
         session.execute(update(TaskInstance).where(TaskInstance.id == ids["a"]).values(
-            state=s.RUNNING, try_number=2, max_tries=2, attempt_epoch=3, infra_attempts=1, queued_at=before,
+            state=states.RUNNING, try_number=2, max_tries=2, attempt_epoch=3, infra_attempts=1, queued_at=before,
             started_at=before, user_code_started=True, last_failure_kind="app", last_failure_reason="flaky"))
         session.commit()
     return ids["a"]
@@ -77,7 +78,7 @@ def _hot_path(engine: Engine, ti_id: uuid.UUID, now: datetime) -> None:
 def _general_rails(engine: Engine, ti_id: uuid.UUID, now: datetime) -> None:
     with Session(engine) as session:
         ti = session.get(TaskInstance, ti_id)
-        assert apply_outcome(session=session, ti=ti, outcome=Outcome("success"), backoff=Backoff(0, 0),
+        assert apply_outcome(session=session, ti=ti, outcome=Outcome("success"), backoff=InfraBackoff(0, 0),
                              now=now) is not None
         session.commit()
 
@@ -106,16 +107,16 @@ def _left_behind(engine: Engine, run_id: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_hot_path_and_the_general_rails_leave_the_same_rows(scenario, operator, engine):
-    tasks, states, expected = SCENARIOS[scenario]
+    tasks, given, expected = SCENARIOS[scenario]
     now = utcnow()
     before, left = now - timedelta(hours=1), {}
     for path in (_hot_path, _general_rails):
         run_id = path.__name__
-        path(engine, _set_up(operator, engine, tasks, states, run_id, before), now)
+        path(engine, _set_up(operator, engine, tasks, given, run_id, before), now)
         left[path.__name__] = _left_behind(engine, run_id)
     hot = left["_hot_path"]
     assert hot == left["_general_rails"]
-    changed = {_name(ti): ti["state"] for ti in hot["task_instances"] if ti["state"] != states.get(_name(ti))}
-    assert {"run": hot["run"][0], **changed} == {**expected, "a": s.SUCCESS}
+    changed = {_name(ti): ti["state"] for ti in hot["task_instances"] if ti["state"] != given.get(_name(ti))}
+    assert {"run": hot["run"][0], **changed} == {**expected, "a": states.SUCCESS}
     assert [(t["task_id"], t["try_number"], t["attempt_epoch"], t["state"]) for t in hot["tries"]] == [
-        ("a", 2, 3, s.SUCCESS)]
+        ("a", 2, 3, states.SUCCESS)]

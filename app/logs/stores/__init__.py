@@ -21,7 +21,7 @@ def choose(settings: Settings) -> tuple[str, str | None]:
     """The store's name, and what to tell the operator at start when the log directory decided it."""
     if settings.log_store:
         return settings.log_store, None
-    if dialect_for_url(settings.resolved_database_url).one_writer:  # one process: its files serve every request
+    if dialect_for_url(settings.resolved_database_url).writers_take_turns:  # one process: its files serve every request
         return "file", None
     files = FileLogStore(settings.resolved_log_dir)
     if moved := files.moved_to():
