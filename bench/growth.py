@@ -4,8 +4,12 @@ on a throw-away PostgreSQL database, seeded with SQL (bench/seeding.py) to each 
 worker reads daily: p50/p99 of sequential requests, and the CPU per request of the server and
 of the database's backends (from /proc). Then the database's size per task instance.
 
-Run: python -m bench.growth [--sizes 10000,1000000] [--huge] [--requests 50] [--seconds 20].
-`read_table` and `seed` are what a later figure (db clean's rate beside the claims) builds on.
+Last, on the largest size, `db clean --before` (--clean-days ago, the seeded history being 60
+days long) while a worker claims and settles against the server (bench/clean.py): the rows
+deleted per second and the claims' p50/p99 before and during it.
+
+Run: python -m bench.growth [--sizes 10000,1000000] [--huge] [--requests 50] [--seconds 20]
+[--clean-days 30 | --clean-days 0 to skip the clean].
 """
 
 import argparse
@@ -19,6 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.clean import measure_clean  # noqa: E402
 from bench.common import ADMIN_PASSWORD, PostgresCpu, Server, admit, percentile, table  # noqa: E402
 from bench.seeding import DAGS, RUNNING, seed, size_per_task_instance  # noqa: E402
 
@@ -74,7 +79,7 @@ def serving(server: Server, client: httpx.Client) -> dict[str, dict[str, str]]:
     return {"operator": operator, "worker": admit(client, operator, "growth")}
 
 
-def run(sizes: list[int], requests: int, seconds: float) -> list[list[object]]:
+def run(sizes: list[int], requests: int, seconds: float, clean_days: float) -> list[list[object]]:
     rows = []
     with Server("postgresql", "--workers", "1") as server, server.client() as client:
         headers = serving(server, client)
@@ -87,6 +92,10 @@ def run(sizes: list[int], requests: int, seconds: float) -> list[list[object]]:
             per_ti = size_per_task_instance(server.database_url)
             rows.append([f"{size:,}", "database size per task instance (bytes)", "", per_ti, "", "", ""])
             print(f"measured {size:,}; load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
+        if clean_days:
+            print(table(HEADERS, rows), flush=True)  # the reads, before the clean's own table
+            measure_clean(server.database_url, before_days=clean_days)
+            print(f"cleaned; load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
     return rows
 
 
@@ -96,9 +105,13 @@ def main() -> None:
     parser.add_argument("--huge", action="store_true", help="add 10,000,000 (about 30 GB and an hour of seeding)")
     parser.add_argument("--requests", type=int, default=50, help="requests per list and size")
     parser.add_argument("--seconds", type=float, default=20, help="at most this long per list (at least 5 requests)")
+    parser.add_argument("--clean-days", type=float, default=30, help="db clean --before this many days ago "
+                        "on the largest size (0: no clean)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] + ([10_000_000] if args.huge else [])
-    print(table(HEADERS, run(sizes, args.requests, args.seconds)))
+    rows = run(sizes, args.requests, args.seconds, args.clean_days)
+    if not args.clean_days:
+        print(table(HEADERS, rows))
 
 
 if __name__ == "__main__":
