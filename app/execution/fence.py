@@ -56,7 +56,7 @@ def _read(session: Session, ti_id: uuid.UUID) -> TaskInstance | None:
 
 # The statements of the agents' writes, built once with bound values: building one cost more
 # than running it (docs/performance.md).
-ROW = select(*FENCE_COLUMNS).where(TI.c.id == bindparam("ti_id"))
+READ_FENCE_ROW = select(*FENCE_COLUMNS).where(TI.c.id == bindparam("ti_id"))
 IS_ATTEMPT = (TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
               TI.c.attempt_epoch == bindparam("key_epoch"))  # the settle rule, as a guard
 START = (update(TI).where(*IS_ATTEMPT, from_sources(s.START))
@@ -69,15 +69,15 @@ _STARTED = START.cte("started")
 START_RECORDED = select(_STARTED, exists(select(recording(
     _STARTED, state=AttemptState.RUNNING, user_code_started=True, started_at=bindparam("now")).c.id)).label("recorded"))
 # The heartbeat's guard: the token's try, and its epoch when it carries one (the relaxed rule).
-BEAT = {has_epoch: update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
+STAMP_HEARTBEAT = {has_epoch: update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
                                     one_of(TI.c.state, s.IN_FLIGHT),
                                     *([TI.c.attempt_epoch == bindparam("key_epoch")] if has_epoch else []))
         .values(last_heartbeat_at=bindparam("now")).returning(*FENCE_COLUMNS)
         for has_epoch in (False, True)}
 
 
-def _row(session: Session, ti_id: uuid.UUID) -> Row | None:
-    return session.execute(ROW, {"ti_id": ti_id}).first()
+def _fence_row(session: Session, ti_id: uuid.UUID) -> Row | None:
+    return session.execute(READ_FENCE_ROW, {"ti_id": ti_id}).first()
 
 
 def _attempt(key: AttemptKey) -> dict[str, object]:
@@ -100,7 +100,7 @@ def _stale(token: AttemptClaims, ti: TaskInstance | Row | None) -> AppError:
 
 def live_attempt(session: Session, token: AttemptClaims) -> Row:
     """The task instance if the token's attempt is in flight under the relaxed rule."""
-    ti = _row(session, token.ti_id)
+    ti = _fence_row(session, token.ti_id)
     if ti is None or not relaxed_match(token, ti) or ti.state not in s.IN_FLIGHT:
         raise _stale(token, ti)
     return ti
@@ -109,7 +109,7 @@ def live_attempt(session: Session, token: AttemptClaims) -> Row:
 def current_attempt(session: Session, token: AttemptClaims) -> Row:
     """The task instance if the token's attempt is still its current one under the relaxed
     rule, finished or not (a log append may flush the last lines after the outcome)."""
-    ti = _row(session, token.ti_id)
+    ti = _fence_row(session, token.ti_id)
     if ti is None or not relaxed_match(token, ti):
         raise _stale(token, ti)
     return ti
@@ -130,21 +130,21 @@ def heartbeat(*, session: Session, token: AttemptClaims, now: datetime | None = 
     """Stamp last_heartbeat_at on the live attempt (relaxed rule): one guarded statement."""
     values = {"key_ti": token.ti_id, "key_try": token.try_number, "key_epoch": token.attempt_epoch,
               "now": now or utcnow()}
-    ti = session.execute(BEAT[token.has_epoch], values).first()
+    ti = session.execute(STAMP_HEARTBEAT[token.has_epoch], values).first()
     if ti is None:
-        raise _stale(token, _row(session, token.ti_id))
+        raise _stale(token, _fence_row(session, token.ti_id))
     return ti
 
 
 # A batch's heartbeats (app/execution/batch.py): one guarded statement for them all, joined on
 # the tokens' (ti, try, epoch) rows, a claim-less token's epoch being null (its try alone), as
-# BEAT matches one. Built once per dialect: the rows are sent as bound values (Dialect.rows_table).
+# STAMP_HEARTBEAT matches one. Built once per dialect: the rows are sent as bound values (Dialect.rows_table).
 TOKEN_ROWS = (("ti", Uuid), ("try_number", Integer), ("epoch", Integer))
-ROWS = select(*FENCE_COLUMNS).where(TI.c.id.in_(bindparam("ids", expanding=True)))
+READ_FENCE_ROWS = select(*FENCE_COLUMNS).where(TI.c.id.in_(bindparam("ids", expanding=True)))
 
 
 @cache
-def _beats(dialect: Dialect) -> Update:
+def _stamp_heartbeats(dialect: Dialect) -> Update:
     tokens = dialect.rows_table("tokens", TOKEN_ROWS)
     return (update(TI).where(dialect.among_rows(TI.c.id, "tokens", TOKEN_ROWS),
                              TI.c.id == tokens.c.ti, TI.c.try_number == tokens.c.try_number,
@@ -158,10 +158,10 @@ def heartbeats(*, session: Session, tokens: list[AttemptClaims], now: datetime |
     refusal its single heartbeat would get (read in one more statement)."""
     dialect = dialect_of(session)
     rows = dialect.rows_values("tokens", TOKEN_ROWS, [(t.ti_id, t.try_number, t.attempt_epoch) for t in tokens])
-    beaten = {row.id: row for row in session.execute(_beats(dialect), {**rows, "now": now or utcnow()})}
-    missed = {t.ti_id for t in tokens if t.ti_id not in beaten or not relaxed_match(t, beaten[t.ti_id])}
-    current = {row.id: row for row in session.execute(ROWS, {"ids": list(missed)})} if missed else {}
-    return [row if (row := beaten.get(t.ti_id)) is not None and relaxed_match(t, row)
+    stamped = {row.id: row for row in session.execute(_stamp_heartbeats(dialect), {**rows, "now": now or utcnow()})}
+    missed = {t.ti_id for t in tokens if t.ti_id not in stamped or not relaxed_match(t, stamped[t.ti_id])}
+    current = {row.id: row for row in session.execute(READ_FENCE_ROWS, {"ids": list(missed)})} if missed else {}
+    return [row if (row := stamped.get(t.ti_id)) is not None and relaxed_match(t, row)
             else _stale(t, current.get(t.ti_id)) for t in tokens]
 
 
@@ -191,7 +191,7 @@ def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
         moved = (apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now, locked=True)
                  if ti is not None and settled_by(key, ti) and ti.state in s.IN_FLIGHT else None)
     if moved is None:
-        ti = _row(session, key.ti_id)
+        ti = _fence_row(session, key.ti_id)
         if ti is not None and settled_by(key, ti) and ti.state not in s.IN_FLIGHT \
                 and _already_applied(session, key, outcome):
             return ti
@@ -207,7 +207,7 @@ def _closing_success(settled: CTE) -> CTE:
                      reason=bindparam("close_reason", type_=ATTEMPTS.c.reason.type), ended_at=bindparam("now"))
 
 
-def writes_once(session: Session, body: Report) -> bool:
+def writes_in_one_statement(session: Session, body: Report) -> bool:
     """Whether the report is one guarded statement (with the run locked by the caller),
     refused, if at all, before it writes, and binding no value of the agent's that a column
     could refuse: `running`, and `success` without a reason, where one statement writes the
@@ -224,7 +224,7 @@ def _start(session: Session, key: AttemptKey, now: datetime) -> Row:
     together = dialect_of(session).writes_in_ctes
     moved = session.execute(START_RECORDED if together else START, {**_attempt(key), "now": now}).first()
     if moved is None:
-        ti = _row(session, key.ti_id)
+        ti = _fence_row(session, key.ti_id)
         if ti is not None and settled_by(key, ti) and ti.state == s.RUNNING:
             return ti
         raise stale_report(key, ti)

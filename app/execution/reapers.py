@@ -127,7 +127,7 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime,
     return sorted(found.values(), key=lambda c: (str(c.dag_run_id), str(c.key.ti_id)))
 
 
-def mark(*, session: Session, candidate: Candidate, backoff: Backoff, now: datetime) -> bool:
+def mark_lost(*, session: Session, candidate: Candidate, backoff: Backoff, now: datetime) -> bool:
     """Route `candidate` as unexecutable(reason) if it is still exactly as listed (and, for
     agent-lost, still silent). The sweep locked the candidate's run, and the task instance is
     locked here before the check, so a report or heartbeat either lands first and saves the
@@ -180,7 +180,7 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: Backoff, now: da
     # waits on a run while it holds a task instance of another (docs/decisions/0013-one-lock-order.md).
     lock_runs(session, {c.dag_run_id for c in candidates if c.dag_run_id is not None})
     for candidate in candidates:
-        if mark(session=session, candidate=candidate, backoff=backoff, now=now):
+        if mark_lost(session=session, candidate=candidate, backoff=backoff, now=now):
             marked[candidate.reason] = marked.get(candidate.reason, 0) + 1
     # Promotion locks task instances without their runs, so it comes after the marks (which
     # lock runs first): a sweep never waits for a run while holding a task instance.

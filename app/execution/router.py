@@ -128,11 +128,11 @@ async def attempts_batch(request: Request, execution_id: WorkerDep, document: Js
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) \
             from None
     state = request.app.state
-    batch_ = batch.Batch(execution_id, installation(request).keyring, state.settings.accept_legacy_attempt_tokens,
-                         backoff(request), state.log_appends)
+    context = batch.BatchContext(execution_id, installation(request).keyring,
+                                 state.settings.accept_legacy_attempt_tokens, backoff(request), state.append_log_entry)
 
     def applied(session: Session) -> list[batch.Result]:
-        results = batch.apply(session=session, batch=batch_, entries=entries)
+        results = batch.apply(session=session, context=context, entries=entries)
         commit(session)
         return results
 
