@@ -3,16 +3,19 @@ appends, each answered exactly as its single request would be.
 
 Every entry is checked on its own, in the order its single request checks it: its token (401,
 403 for another scope or for an attempt of another execution than the bearer's), then its
-fields (422), then the fence (2.5). Entries are applied in order, each whole or not at all: a
-report runs in a savepoint of its own, so a refusal rolls back that entry and nothing else (a
-report that is one statement, refused before it writes, needs none: fence.writes_in_one_statement; nor
-does a log append, whose one write is its last: app/logs/service.py LogEntryAppender). A database
-fault fails the batch whole. What entries can share, they share: a run of consecutive
-heartbeats is one guarded statement (fence.heartbeats), and the runs of every outcome in the
-batch are locked first, in key order (cas.lock_runs), so two batches, or a batch and a reaper
-sweep, never deadlock. A batch sent again changes nothing twice: each entry answers as its single
-request does when repeated. Log appends belong to the logs domain, above this one: the app
-hands them in.
+fields (422), then the fence (2.5).
+
+Entries are applied in order, each whole or not at all. A report runs in a savepoint of its
+own, so a refusal rolls back that entry and nothing else; a report that is one statement
+refused before it writes (fence.writes_in_one_statement) and a log append, whose one write is
+its last, need none. A database fault fails the batch whole.
+
+What entries can share, they share: a run of consecutive heartbeats is one guarded statement
+(fence.heartbeats), and the runs of every outcome in the batch are locked first, in key order
+(cas.lock_runs), so two batches, or a batch and a reaper sweep, never deadlock. A batch sent
+again changes nothing twice, as each entry answers as its single request does when repeated.
+Log appends belong to the logs domain, above this one, so the app hands them in
+(BatchContext.append_log_entry).
 """
 
 import uuid
@@ -38,8 +41,8 @@ from app.telemetry.tracing import BATCH_OPS
 ENVELOPE = ("attempt_token", "op", "traceparent")
 # An unknown op's 422, worded as pydantic words a Literal's (the single routes' own refusals).
 OP_EXPECTED = f"Input should be {', '.join(map(repr, BATCH_OPS[:-1]))} or {BATCH_OPS[-1]!r}"
-# A log entry's work: (session, token, fields) -> the answer's body, raising what the single
-# append raises (app/logs/service.py LogEntryAppender).
+# A log entry's work, (session, token, fields) -> the answer's body, raising what the single
+# append raises: app/logs/service.py LogEntryAppender.
 AppendLogEntry = Callable[[Session, AttemptClaims, dict[str, Any]], dict[str, Any]]
 
 
@@ -74,8 +77,8 @@ class BatchContext:
 
 
 def accepted(ti: Any) -> Result:
-    """AttemptStatus.of(ti) as JSON, written out: a batch answers hundreds (a model each cost
-    a tenth of a heartbeat's batch)."""
+    """AttemptStatus.of(ti) as JSON, written out without the model: a batch answers hundreds,
+    and a model for each is a measurable share of its cost (docs/performance.md, "Batches")."""
     return Result(200, {"ti_id": str(ti.id), "state": ti.state, "try_number": ti.try_number,
                         "attempt_epoch": ti.attempt_epoch, "should_terminate": False})
 
@@ -139,10 +142,10 @@ def _groups(entries: list[Entry]) -> Iterator[list[Entry]]:
 
 
 def _applied(session: Session, context: BatchContext, entry: Entry) -> Result:
-    """A report or a log append, whole or not at all: in a savepoint of its own, but a report
-    that writes in one statement, refused before it writes (fence.writes_in_one_statement), and a log
-    append (one write at most, its last). Without a savepoint, a statement the database refuses
-    loses the batch's transaction: it fails the batch whole."""
+    """A report or a log append, whole or not at all: in a savepoint of its own, unless its one
+    write is its last (a log append, or a report that fence.writes_in_one_statement). Without a
+    savepoint, a statement the database refuses loses the batch's transaction, and with it the
+    batch."""
     try:
         if entry.op == "log":
             return Result(200, context.append_log_entry(session, entry.token, entry.fields))
