@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime
 from functools import cache
 
-from sqlalchemy import CTE, Integer, Row, Update, Uuid, bindparam, exists, or_, select, update
+from sqlalchemy import Integer, Row, Update, Uuid, bindparam, exists, or_, select, update
 from sqlmodel import Session
 
 from app.auth.attempt_key import AttemptKey
@@ -20,12 +20,12 @@ from app.db.dialect import Dialect, dialect_of
 from app.db.statements import one_of
 from app.db.types import utcnow
 from app.errors import AppError, unauthorized
-from app.execution.attempts import ATTEMPTS, OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
+from app.execution.attempts import RELEASED, close_attempt, closing_success, ended_with, recording, update_attempt
 from app.execution.schemas import Report
 from app.orchestration import states as s
-from app.orchestration.cas import TI, from_sources, lock_run_of
+from app.orchestration.cas import TI, from_sources, read_task_instance
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import Backoff, Outcome, apply_outcome, requeue, settle_success
+from app.orchestration.outcomes import Backoff, Outcome, requeue, settle_attempt
 from app.orchestration.states import AttemptState
 
 # What the fence reads of a row and answers: the attempt's identity and state, and the names
@@ -46,12 +46,6 @@ def stale_report(key: AttemptKey, ti: TaskInstance | None, *, epoch_claimed: boo
         f"(try {ti.try_number}, epoch {ti.attempt_epoch}, state {ti.state}).",
         should_terminate=True, state=ti.state, try_number=ti.try_number, attempt_epoch=ti.attempt_epoch,
     )
-
-
-def _read(session: Session, ti_id: uuid.UUID) -> TaskInstance | None:
-    return session.execute(
-        select(TaskInstance).where(TaskInstance.id == ti_id).execution_options(populate_existing=True)
-    ).scalar_one_or_none()
 
 
 # The statements of the agents' writes, built once with bound values: building one cost more
@@ -136,9 +130,9 @@ def heartbeat(*, session: Session, token: AttemptClaims, now: datetime | None = 
     return ti
 
 
-# A batch's heartbeats (app/execution/batch.py): one guarded statement for them all, joined on
-# the tokens' (ti, try, epoch) rows, a claim-less token's epoch being null (its try alone), as
-# STAMP_HEARTBEAT matches one. Built once per dialect: the rows are sent as bound values (Dialect.rows_table).
+# A batch's heartbeats: one guarded statement for them all, joined on the tokens' (ti, try,
+# epoch) rows, where a claim-less token's epoch is null and its try alone matches, as in
+# STAMP_HEARTBEAT. Built once per dialect, the rows sent as bound values (Dialect.rows_table).
 TOKEN_ROWS = (("ti", Uuid), ("try_number", Integer), ("epoch", Integer))
 READ_FENCE_ROWS = select(*FENCE_COLUMNS).where(TI.c.id.in_(bindparam("ids", expanding=True)))
 
@@ -167,52 +161,40 @@ def heartbeats(*, session: Session, tokens: list[AttemptClaims], now: datetime |
 
 def report(*, session: Session, key: AttemptKey, body: Report, backoff: Backoff,
            now: datetime | None = None, run_locked: bool = False) -> TaskInstance | Row:
-    """Apply a report on attempt `key` under the settle rule. Repeating a report that was
-    already applied to this very attempt (a journaled outcome re-delivered) answers as before.
-    `run_locked`: the caller holds the lock of the run (a batch locks its outcomes' runs first)."""
+    """Apply a report on attempt `key` under the settle rule and close the attempt's record. A
+    report already applied to this very attempt (a journaled outcome re-delivered) answers as
+    before. `run_locked`: the caller holds the run's lock (a batch locks its outcomes' runs first)."""
     now = now or utcnow()
     if body.state == "running":
         return _start(session, key, now)
     outcome = Outcome(body.state, body.reason, body.reschedule_at)
-    # The lock order of every settling path: the run's row, then the task instance's, then
-    # the attempt record. The run is locked through the task instance's id, before it is read.
-    if not run_locked and not lock_run_of(session, key.ti_id):
-        raise stale_report(key, None)
-    closed = False
-    if outcome.kind == "success":
-        # One guarded statement moves the row (on PostgreSQL closing the attempt record with it);
-        # readiness then looks only at its downstream.
-        moved = settle_success(session=session, ti_id=key.ti_id, try_number=key.try_number,
-                               attempt_epoch=key.attempt_epoch, now=now, alongside=_closing_success,
-                               params={"close_reason": outcome.reason})
-        closed = moved is not None and moved.alongside_done
-    else:
-        ti = _read(session, key.ti_id)  # None: no such task instance (a batch's lock did not ask)
-        moved = (apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now, locked=True)
-                 if ti is not None and settled_by(key, ti) and ti.state in s.IN_FLIGHT else None)
+    # In the lock order of every settling path: the run, the task instance, then the attempt record.
+    moved = settle_attempt(session=session, key=key, outcome=outcome, backoff=backoff, now=now,
+                           run_locked=run_locked, alongside=closing_success, params={"close_reason": outcome.reason})
     if moved is None:
-        ti = _fence_row(session, key.ti_id)
-        if ti is not None and settled_by(key, ti) and ti.state not in s.IN_FLIGHT \
-                and _already_applied(session, key, outcome):
-            return ti
-        raise stale_report(key, ti)
-    if not closed:  # an attempt dispatched before the fence has no record: close_attempt makes one
+        return _applied_before(session, key, outcome)
+    # PostgreSQL closes a success's record in the rail's own statement; close_attempt also makes
+    # the record an attempt dispatched before the fence existed lacks.
+    if not (outcome.kind == "success" and moved.alongside_done):
         close_attempt(session, key, outcome, now)
     return moved
 
 
-def _closing_success(settled: CTE) -> CTE:
-    """The record of the attempt the success rail moved, closed in the rail's statement."""
-    return recording(settled, state=AttemptState.SUCCESS, outcome_kind=OUTCOME_KIND["success"],
-                     reason=bindparam("close_reason", type_=ATTEMPTS.c.reason.type), ended_at=bindparam("now"))
+def _applied_before(session: Session, key: AttemptKey, outcome: Outcome) -> Row:
+    """The row of attempt `key` if it already ended with `outcome`; otherwise its refusal."""
+    ti = _fence_row(session, key.ti_id)
+    if ti is not None and settled_by(key, ti) and ti.state not in s.IN_FLIGHT and ended_with(session, key, outcome):
+        return ti
+    raise stale_report(key, ti)
 
 
 def writes_in_one_statement(session: Session, body: Report) -> bool:
-    """Whether the report is one guarded statement (with the run locked by the caller),
-    refused, if at all, before it writes, and binding no value of the agent's that a column
-    could refuse: `running`, and `success` without a reason, where one statement writes the
-    task instance and its attempt record (PostgreSQL). A batch applies such an entry without a
-    savepoint of its own, which would cost two round trips more than its work."""
+    """Whether the report is one guarded statement, refused (if at all) before it writes, that
+    binds no agent value a column could refuse: `running`, and `success` without a reason, on
+    PostgreSQL, where one statement writes the task instance and its attempt record.
+
+    A batch applies such an entry without a savepoint, which would cost two round trips more
+    than the work."""
     return (body.state == "running" or (body.state == "success" and body.reason is None)) \
         and dialect_of(session).writes_in_ctes
 
@@ -233,16 +215,10 @@ def _start(session: Session, key: AttemptKey, now: datetime) -> Row:
     return moved
 
 
-def _already_applied(session: Session, key: AttemptKey, outcome: Outcome) -> bool:
-    record = find_attempt(session, key)
-    return (record is not None and record.outcome_kind == OUTCOME_KIND[outcome.kind]
-            and record.reason == outcome.reason)
-
-
 def release(*, session: Session, key: AttemptKey) -> TaskInstance:
     """Hand back a claim whose user code never started (settle rule): requeued on a new epoch,
     spending neither a try nor the infra budget."""
-    ti = _read(session, key.ti_id)
+    ti = read_task_instance(session, key.ti_id)
     if ti is None or not settled_by(key, ti):
         raise stale_report(key, ti)
     if ti.state != s.QUEUED:
@@ -253,6 +229,6 @@ def release(*, session: Session, key: AttemptKey) -> TaskInstance:
                        should_terminate=False, state=ti.state)
     moved = requeue(session=session, ti=ti)
     if moved is None:
-        raise stale_report(key, _read(session, key.ti_id))
-    update_attempt(session, key, state=AttemptState.RELEASED, ended_at=utcnow())
+        raise stale_report(key, read_task_instance(session, key.ti_id))
+    close_attempt(session, key, RELEASED, utcnow())
     return moved
