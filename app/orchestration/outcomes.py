@@ -152,14 +152,15 @@ def apply_outcome(
     *, session: Session, ti: TaskInstance, outcome: Outcome, backoff: Backoff, now: datetime | None = None,
     within: Rail | None = None, locked: bool = False,
 ) -> TaskInstance | None:
-    """Route one attempt's outcome from the state `ti` was read in.
+    """Route one attempt's outcome from the state `ti` was read in. None if the attempt was
+    superseded meanwhile.
 
-    success ends the try; failed (application) spends it: up_for_retry while try_number <=
-    max_tries, else failed; unexecutable (infra) re-places the same try on the back-off budget
-    and ends in infra_failed when the budget is spent, or at once for a non-idempotent task
-    whose user code started; rescheduled waits for reschedule_at on the same try.
-    `within`, a reaper's mark, narrows the states the outcome may be applied from; `locked`
-    says the caller holds the run's lock already. None if the attempt was superseded meanwhile.
+    A success ends the try. An application failure spends it: up_for_retry while try_number <=
+    max_tries, else failed. An infra fault (unexecutable) re-places the same try on the back-off
+    budget, and ends in infra_failed once the budget is spent, or at once for a non-idempotent
+    task whose user code started. A reschedule waits for reschedule_at on the same try.
+    `within` (a reaper's mark) narrows the states the outcome may be applied from, and `locked`
+    says the caller holds the run's lock already.
     """
     now = now or utcnow()
     if not locked:
