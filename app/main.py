@@ -34,7 +34,7 @@ from app.identity.router import router as identity_router
 from app.logs import stores
 from app.logs.deps import install_fault_handler
 from app.logs.router import router as logs_router
-from app.logs.service import BatchAppends
+from app.logs.service import LogEntryAppender
 from app.ops import health, startup
 from app.ops.migrate import head_revision
 from app.orchestration.outcomes import InfraBackoff
@@ -143,8 +143,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     store_name, store_note = stores.choose(settings)
     app.state.log_store = stores.open_store(store_name, settings, app.state.engine)
     metrics.zeroed(metrics.log_store_errors, reason=app.state.log_store.fault_reasons)
-    app.state.log_appends = BatchAppends(app.state.log_store, settings.log_max_request_bytes,
-                                         settings.log_max_attempt_bytes)  # the log entries of a batch
+    app.state.append_log_entry = LogEntryAppender(app.state.log_store, settings.log_max_request_bytes,
+                                                  settings.log_max_attempt_bytes)  # the log entries of a batch
     app.state.check_routes = check_routes  # routing's, handed to orchestration's run creation
     app.state.retention = retention(settings, app.state.log_store)  # the reaper's, and /v1/admin/reap's
     app.state.database_reach = DatabaseReach()  # made again once the lifespan has reached the database

@@ -2,6 +2,7 @@
 found by its AttemptKey."""
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -77,19 +78,58 @@ def update_attempt(session: Session, key: AttemptKey, **values: Any) -> None:
 
 def recording(moved: CTE, **values: Any) -> CTE:
     """PostgreSQL: the update of the records of the attempts `moved` (a CTE of the task instance
-    rows a statement moves, with their id, try_number and attempt_epoch) are, as a CTE of the
-    records' ids, so that a task instance and its attempt record move in one statement: in
-    the lock order, the task instance's row first."""
+    rows a statement moves, with their id, try_number and attempt_epoch), as a CTE of the
+    records' ids. A task instance and its record then move in one statement, the task
+    instance's row first, as the lock order wants."""
     return (update(ATTEMPTS).where(ATTEMPTS.c.task_instance_id == moved.c.id,
                                    ATTEMPTS.c.try_number == moved.c.try_number,
                                    ATTEMPTS.c.attempt_epoch == moved.c.attempt_epoch)
             .values(**values).returning(ATTEMPTS.c.id).cte(f"{moved.name}_recorded"))
 
 
-def close_attempt(session: Session, key: AttemptKey, outcome: Outcome, now: datetime) -> None:
-    """End the record of `key` with its one outcome."""
-    update_attempt(session, key, state=AttemptState(outcome.kind), outcome_kind=OUTCOME_KIND[outcome.kind],
-                   reason=outcome.reason, ended_at=now)
+@dataclass(frozen=True)
+class Ending:
+    """How an attempt's record ends: its state, why, and the kind of the outcome that ended it
+    (None when a hand-back or an operator's rail ended it, not a reported outcome)."""
+
+    state: AttemptState
+    reason: str | None = None
+    outcome_kind: str | None = None
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> "Ending":
+        return cls(AttemptState(outcome.kind), outcome.reason, OUTCOME_KIND[outcome.kind])
+
+
+# The ends that are no outcome: a claim handed back, and the attempts an operator's rail fences off.
+RELEASED = Ending(AttemptState.RELEASED)
+CLEARED = Ending(AttemptState.CLEARED, "cleared by an operator")
+CANCELLED = Ending(AttemptState.CANCELLED, "run cancelled by an operator")
+MARKED = {state: Ending(AttemptState(f"marked_{state}"), f"marked {state} by an operator")
+          for state in ("success", "failed")}
+
+
+def close_attempt(session: Session, key: AttemptKey, ending: Ending | Outcome, now: datetime) -> None:
+    """End the record of `key`: every path that ends an attempt (a report, a reaper's mark, a
+    hand-back, an operator's rail) closes its record here, or, for a success on PostgreSQL, in
+    the rail's own statement (closing_success)."""
+    if isinstance(ending, Outcome):
+        ending = Ending.of(ending)
+    update_attempt(session, key, state=ending.state, outcome_kind=ending.outcome_kind, reason=ending.reason,
+                   ended_at=now)
+
+
+def closing_success(settled: CTE) -> CTE:
+    """PostgreSQL: close_attempt for a success, as a CTE riding on the success rail's statement
+    (outcomes.settle_success's `alongside`), its reason bound as `close_reason`."""
+    return recording(settled, state=AttemptState.SUCCESS, outcome_kind=OUTCOME_KIND["success"],
+                     reason=bindparam("close_reason", type_=ATTEMPTS.c.reason.type), ended_at=bindparam("now"))
+
+
+def ended_with(session: Session, key: AttemptKey, outcome: Outcome) -> bool:
+    """Whether the record of `key` was closed with `outcome` already (a report delivered again)."""
+    record = find_attempt(session, key)
+    return record is not None and record.outcome_kind == OUTCOME_KIND[outcome.kind] and record.reason == outcome.reason
 
 
 def find_attempt(session: Session, key: AttemptKey) -> TaskAttempt | None:

@@ -3,16 +3,19 @@ appends, each answered exactly as its single request would be.
 
 Every entry is checked on its own, in the order its single request checks it: its token (401,
 403 for another scope or for an attempt of another execution than the bearer's), then its
-fields (422), then the fence (2.5). Entries are applied in order, each whole or not at all: a
-report runs in a savepoint of its own, so a refusal rolls back that entry and nothing else (a
-report that is one statement, refused before it writes, needs none: fence.writes_once; nor
-does a log append, whose one write is its last: app/logs/service.py BatchAppends). A database
-fault fails the batch whole. What entries can share, they share: a run of consecutive
-heartbeats is one guarded statement (fence.heartbeats), and the runs of every outcome in the
-batch are locked first, in key order (cas.lock_runs), so two batches, or a batch and a reaper
-sweep, never deadlock. A batch sent again changes nothing twice: each entry answers as its single
-request does when repeated. Log appends belong to the logs domain, above this one: the app
-hands them in.
+fields (422), then the fence (2.5).
+
+Entries are applied in order, each whole or not at all. A report runs in a savepoint of its
+own, so a refusal rolls back that entry and nothing else; a report that is one statement
+refused before it writes (fence.writes_in_one_statement) and a log append, whose one write is
+its last, need none. A database fault fails the batch whole.
+
+What entries can share, they share: a run of consecutive heartbeats is one guarded statement
+(fence.heartbeats), and the runs of every outcome in the batch are locked first, in key order
+(cas.lock_runs), so two batches, or a batch and a reaper sweep, never deadlock. A batch sent
+again changes nothing twice, as each entry answers as its single request does when repeated.
+Log appends belong to the logs domain, above this one, so the app hands them in
+(BatchContext.append_log_entry).
 """
 
 import uuid
@@ -38,9 +41,9 @@ from app.telemetry.tracing import BATCH_OPS
 ENVELOPE = ("attempt_token", "op", "traceparent")
 # An unknown op's 422, worded as pydantic words a Literal's (the single routes' own refusals).
 OP_EXPECTED = f"Input should be {', '.join(map(repr, BATCH_OPS[:-1]))} or {BATCH_OPS[-1]!r}"
-# A log entry's work: (session, token, fields) -> the answer's body, raising what the single
-# append raises (app/logs/service.py BatchAppends).
-LogAppends = Callable[[Session, AttemptClaims, dict[str, Any]], dict[str, Any]]
+# A log entry's work, (session, token, fields) -> the answer's body, raising what the single
+# append raises: app/logs/service.py LogEntryAppender.
+AppendLogEntry = Callable[[Session, AttemptClaims, dict[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -63,19 +66,19 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Batch:
+class BatchContext:
     """What every entry of a batch is checked and applied with."""
 
     execution_id: uuid.UUID  # the bearer's
     keyring: KeyRing
     accept_legacy: bool
     backoff: InfraBackoff
-    log_appends: LogAppends
+    append_log_entry: AppendLogEntry
 
 
 def accepted(ti: Any) -> Result:
-    """AttemptStatus.of(ti) as JSON, written out: a batch answers hundreds (a model each cost
-    a tenth of a heartbeat's batch)."""
+    """AttemptStatus.of(ti) as JSON, written out without the model: a batch answers hundreds,
+    and a model for each is a measurable share of its cost (docs/performance.md, "Batches")."""
     return Result(200, {"ti_id": str(ti.id), "state": ti.state, "try_number": ti.try_number,
                         "attempt_epoch": ti.attempt_epoch, "should_terminate": False})
 
@@ -85,7 +88,7 @@ def too_many(count: int) -> AppError:
                     f"A batch carries at most {MAX_BATCH_ENTRIES} entries, not {count}; send the rest in another.")
 
 
-def apply(*, session: Session, batch: Batch, entries: list[dict[str, Any]]) -> list[Result]:
+def apply(*, session: Session, context: BatchContext, entries: list[dict[str, Any]]) -> list[Result]:
     """Every entry's answer, in order (413 for the whole batch past MAX_BATCH_ENTRIES)."""
     if len(entries) > MAX_BATCH_ENTRIES:
         raise too_many(len(entries))
@@ -93,7 +96,7 @@ def apply(*, session: Session, batch: Batch, entries: list[dict[str, Any]]) -> l
     checked: list[Entry] = []
     for index, raw in enumerate(entries):
         try:
-            checked.append(_checked(batch, index, raw))
+            checked.append(_checked(context, index, raw))
         except AppError as refusal:
             results[index] = Result.refused(refusal)
     # The runs of every outcome first, in key order (cas.lock_runs): before any task instance's row.
@@ -104,18 +107,18 @@ def apply(*, session: Session, batch: Batch, entries: list[dict[str, Any]]) -> l
             for entry, answer in zip(group, answers, strict=True):
                 results[entry.index] = Result.refused(answer) if isinstance(answer, AppError) else accepted(answer)
         else:
-            results[group[0].index] = _applied(session, batch, group[0])
+            results[group[0].index] = _applied(session, context, group[0])
     return [r for r in results if r is not None]
 
 
-def _checked(batch: Batch, index: int, raw: dict[str, Any]) -> Entry:
+def _checked(context: BatchContext, index: int, raw: dict[str, Any]) -> Entry:
     """An entry whose token and shape are good, as its single request checks them."""
     credentials, op = raw.get("attempt_token"), raw.get("op")
     if not isinstance(credentials, str):
         raise unauthorized("A bearer token is required.")  # as the single request without one
-    token, execution = verified_attempt(batch.keyring, credentials, accept_legacy=batch.accept_legacy)
-    if execution != str(batch.execution_id):
-        raise forbidden(f"The attempt token is for execution {execution}, not the bearer's {batch.execution_id}.")
+    token, execution = verified_attempt(context.keyring, credentials, accept_legacy=context.accept_legacy)
+    if execution != str(context.execution_id):
+        raise forbidden(f"The attempt token is for execution {execution}, not the bearer's {context.execution_id}.")
     if op not in BATCH_OPS:
         raise invalid_input([{"loc": ["body", "op"], "msg": OP_EXPECTED, "type": "literal_error"}])
     fields = {k: v for k, v in raw.items() if k not in ENVELOPE}
@@ -138,18 +141,18 @@ def _groups(entries: list[Entry]) -> Iterator[list[Entry]]:
         yield group
 
 
-def _applied(session: Session, batch: Batch, entry: Entry) -> Result:
-    """A report or a log append, whole or not at all: in a savepoint of its own, but a report
-    that writes in one statement, refused before it writes (fence.writes_once), and a log
-    append (one write at most, its last). Without a savepoint, a statement the database refuses
-    loses the batch's transaction: it fails the batch whole."""
+def _applied(session: Session, context: BatchContext, entry: Entry) -> Result:
+    """A report or a log append, whole or not at all: in a savepoint of its own, unless its one
+    write is its last (a log append, or a report that fence.writes_in_one_statement). Without a
+    savepoint, a statement the database refuses loses the batch's transaction, and with it the
+    batch."""
     try:
         if entry.op == "log":
-            return Result(200, batch.log_appends(session, entry.token, entry.fields))
+            return Result(200, context.append_log_entry(session, entry.token, entry.fields))
         body = Report.model_validate(entry.fields)
-        if fence.writes_once(session, body):
-            return accepted(_report(session, batch, entry, body))
-        return _in_savepoint(session, lambda: accepted(_report(session, batch, entry, body)))
+        if fence.writes_in_one_statement(session, body):
+            return accepted(_report(session, context, entry, body))
+        return _in_savepoint(session, lambda: accepted(_report(session, context, entry, body)))
     except ValidationError as exc:
         return Result.refused(invalid_input([{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
                                              for e in exc.errors()]))
@@ -157,8 +160,8 @@ def _applied(session: Session, batch: Batch, entry: Entry) -> Result:
         return Result.refused(refusal)
 
 
-def _report(session: Session, batch: Batch, entry: Entry, body: Report) -> Any:
-    return fence.report(session=session, key=entry.token.key, body=body, backoff=batch.backoff, run_locked=True)
+def _report(session: Session, context: BatchContext, entry: Entry, body: Report) -> Any:
+    return fence.report(session=session, key=entry.token.key, body=body, backoff=context.backoff, run_locked=True)
 
 
 def _in_savepoint(session: Session, apply: Callable[[], Result]) -> Result:

@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime
 from functools import cache
 
-from sqlalchemy import CTE, Integer, Row, Update, Uuid, bindparam, exists, or_, select, update
+from sqlalchemy import Integer, Row, Update, Uuid, bindparam, exists, or_, select, update
 from sqlmodel import Session
 
 from app.auth.attempt_key import ATTEMPT_FIELDS, AttemptKey
@@ -20,12 +20,12 @@ from app.db.dialect import Dialect, dialect_of
 from app.db.statements import one_of
 from app.db.types import utcnow
 from app.errors import AppError, unauthorized
-from app.execution.attempts import ATTEMPTS, OUTCOME_KIND, close_attempt, find_attempt, recording, update_attempt
+from app.execution.attempts import RELEASED, close_attempt, closing_success, ended_with, recording, update_attempt
 from app.execution.schemas import Report
-from app.orchestration import states as s
-from app.orchestration.cas import TI, from_sources, lock_run_of
+from app.orchestration import states
+from app.orchestration.cas import TI, from_sources, read_task_instance
 from app.orchestration.models import TaskInstance
-from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome, requeue, settle_success
+from app.orchestration.outcomes import InfraBackoff, Outcome, requeue, settle_attempt
 from app.orchestration.states import AttemptState
 
 # What the fence reads of a row and answers: the attempt's identity and state, and the names
@@ -47,19 +47,13 @@ def stale_report(key: AttemptKey, ti: TaskInstance | None, *, epoch_claimed: boo
     )
 
 
-def _read(session: Session, ti_id: uuid.UUID) -> TaskInstance | None:
-    return session.execute(
-        select(TaskInstance).where(TaskInstance.id == ti_id).execution_options(populate_existing=True)
-    ).scalar_one_or_none()
-
-
 # The statements of the agents' writes, built once with bound values: building one cost more
 # than running it (docs/performance.md).
-ROW = select(*FENCE_COLUMNS).where(TI.c.id == bindparam("ti_id"))
+READ_FENCE_ROW = select(*FENCE_COLUMNS).where(TI.c.id == bindparam("ti_id"))
 IS_ATTEMPT = (TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
               TI.c.attempt_epoch == bindparam("key_epoch"))  # the settle rule, as a guard
-START = (update(TI).where(*IS_ATTEMPT, from_sources(s.START))
-         .values(state=s.START.target, updated_at=bindparam("now"), started_at=bindparam("now"),
+START = (update(TI).where(*IS_ATTEMPT, from_sources(states.START))
+         .values(state=states.START.target, updated_at=bindparam("now"), started_at=bindparam("now"),
                  last_heartbeat_at=bindparam("now"), user_code_started=True)
          .returning(*FENCE_COLUMNS))
 # PostgreSQL: the start rail and the attempt record in one statement, answering whether the
@@ -68,15 +62,15 @@ _STARTED = START.cte("started")
 START_RECORDED = select(_STARTED, exists(select(recording(
     _STARTED, state=AttemptState.RUNNING, user_code_started=True, started_at=bindparam("now")).c.id)).label("recorded"))
 # The heartbeat's guard: the token's try, and its epoch when it carries one (the relaxed rule).
-BEAT = {has_epoch: update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
-                                    one_of(TI.c.state, s.IN_FLIGHT),
+STAMP_HEARTBEAT = {has_epoch: update(TI).where(TI.c.id == bindparam("key_ti"), TI.c.try_number == bindparam("key_try"),
+                                    one_of(TI.c.state, states.IN_FLIGHT),
                                     *([TI.c.attempt_epoch == bindparam("key_epoch")] if has_epoch else []))
         .values(last_heartbeat_at=bindparam("now")).returning(*FENCE_COLUMNS)
         for has_epoch in (False, True)}
 
 
-def _row(session: Session, ti_id: uuid.UUID) -> Row | None:
-    return session.execute(ROW, {"ti_id": ti_id}).first()
+def _fence_row(session: Session, ti_id: uuid.UUID) -> Row | None:
+    return session.execute(READ_FENCE_ROW, {"ti_id": ti_id}).first()
 
 
 def _attempt(key: AttemptKey) -> dict[str, object]:
@@ -99,8 +93,8 @@ def _stale(token: AttemptClaims, ti: TaskInstance | Row | None) -> AppError:
 
 def live_attempt(session: Session, token: AttemptClaims) -> Row:
     """The task instance if the token's attempt is in flight under the relaxed rule."""
-    ti = _row(session, token.ti_id)
-    if ti is None or not relaxed_match(token, ti) or ti.state not in s.IN_FLIGHT:
+    ti = _fence_row(session, token.ti_id)
+    if ti is None or not relaxed_match(token, ti) or ti.state not in states.IN_FLIGHT:
         raise _stale(token, ti)
     return ti
 
@@ -108,7 +102,7 @@ def live_attempt(session: Session, token: AttemptClaims) -> Row:
 def current_attempt(session: Session, token: AttemptClaims) -> Row:
     """The task instance if the token's attempt is still its current one under the relaxed
     rule, finished or not (a log append may flush the last lines after the outcome)."""
-    ti = _row(session, token.ti_id)
+    ti = _fence_row(session, token.ti_id)
     if ti is None or not relaxed_match(token, ti):
         raise _stale(token, ti)
     return ti
@@ -129,26 +123,26 @@ def heartbeat(*, session: Session, token: AttemptClaims, now: datetime | None = 
     """Stamp last_heartbeat_at on the live attempt (relaxed rule): one guarded statement."""
     values = {"key_ti": token.ti_id, "key_try": token.try_number, "key_epoch": token.attempt_epoch,
               "now": now or utcnow()}
-    ti = session.execute(BEAT[token.has_epoch], values).first()
+    ti = session.execute(STAMP_HEARTBEAT[token.has_epoch], values).first()
     if ti is None:
-        raise _stale(token, _row(session, token.ti_id))
+        raise _stale(token, _fence_row(session, token.ti_id))
     return ti
 
 
-# A batch's heartbeats (app/execution/batch.py): one guarded statement for them all, joined on
-# the tokens' (ti, try, epoch) rows, a claim-less token's epoch being null (its try alone), as
-# BEAT matches one. Built once per dialect: the rows are sent as bound values (Dialect.rows_table).
+# A batch's heartbeats: one guarded statement for them all, joined on the tokens' (ti, try,
+# epoch) rows, where a claim-less token's epoch is null and its try alone matches, as in
+# STAMP_HEARTBEAT. Built once per dialect, the rows sent as bound values (Dialect.rows_table).
 TOKEN_ROWS = (("ti", Uuid), ("try_number", Integer), ("epoch", Integer))
-ROWS = select(*FENCE_COLUMNS).where(TI.c.id.in_(bindparam("ids", expanding=True)))
+READ_FENCE_ROWS = select(*FENCE_COLUMNS).where(TI.c.id.in_(bindparam("ids", expanding=True)))
 
 
 @cache
-def _beats(dialect: Dialect) -> Update:
+def _stamp_heartbeats(dialect: Dialect) -> Update:
     tokens = dialect.rows_table("tokens", TOKEN_ROWS)
     return (update(TI).where(dialect.among_rows(TI.c.id, "tokens", TOKEN_ROWS),
                              TI.c.id == tokens.c.ti, TI.c.try_number == tokens.c.try_number,
                              or_(tokens.c.epoch.is_(None), TI.c.attempt_epoch == tokens.c.epoch),
-                             one_of(TI.c.state, s.IN_FLIGHT))
+                             one_of(TI.c.state, states.IN_FLIGHT))
             .values(last_heartbeat_at=bindparam("now")).returning(*FENCE_COLUMNS))
 
 
@@ -157,61 +151,50 @@ def heartbeats(*, session: Session, tokens: list[AttemptClaims], now: datetime |
     refusal its single heartbeat would get (read in one more statement)."""
     dialect = dialect_of(session)
     rows = dialect.rows_values("tokens", TOKEN_ROWS, [(t.ti_id, t.try_number, t.attempt_epoch) for t in tokens])
-    beaten = {row.id: row for row in session.execute(_beats(dialect), {**rows, "now": now or utcnow()})}
-    missed = {t.ti_id for t in tokens if t.ti_id not in beaten or not relaxed_match(t, beaten[t.ti_id])}
-    current = {row.id: row for row in session.execute(ROWS, {"ids": list(missed)})} if missed else {}
-    return [row if (row := beaten.get(t.ti_id)) is not None and relaxed_match(t, row)
+    stamped = {row.id: row for row in session.execute(_stamp_heartbeats(dialect), {**rows, "now": now or utcnow()})}
+    missed = {t.ti_id for t in tokens if t.ti_id not in stamped or not relaxed_match(t, stamped[t.ti_id])}
+    current = {row.id: row for row in session.execute(READ_FENCE_ROWS, {"ids": list(missed)})} if missed else {}
+    return [row if (row := stamped.get(t.ti_id)) is not None and relaxed_match(t, row)
             else _stale(t, current.get(t.ti_id)) for t in tokens]
 
 
 def report(*, session: Session, key: AttemptKey, body: Report, backoff: InfraBackoff,
            now: datetime | None = None, run_locked: bool = False) -> TaskInstance | Row:
-    """Apply a report on attempt `key` under the settle rule. Repeating a report that was
-    already applied to this very attempt (a journaled outcome re-delivered) answers as before.
-    `run_locked`: the caller holds the lock of the run (a batch locks its outcomes' runs first)."""
+    """Apply a report on attempt `key` under the settle rule and close the attempt's record. A
+    report already applied to this very attempt (a journaled outcome re-delivered) answers as
+    before. `run_locked`: the caller holds the run's lock (a batch locks its outcomes' runs first)."""
     now = now or utcnow()
     if body.state == "running":
         return _start(session, key, now)
     outcome = Outcome(body.state, body.reason, body.reschedule_at)
-    # The lock order of every settling path: the run's row, then the task instance's, then
-    # the attempt record. The run is locked through the task instance's id, before it is read.
-    if not run_locked and not lock_run_of(session, key.ti_id):
-        raise stale_report(key, None)
-    closed = False
-    if outcome.kind == "success":
-        # One guarded statement moves the row (on PostgreSQL closing the attempt record with it);
-        # readiness then looks only at its downstream.
-        moved = settle_success(session=session, ti_id=key.ti_id, try_number=key.try_number,
-                               attempt_epoch=key.attempt_epoch, now=now, alongside=_closing_success,
-                               params={"close_reason": outcome.reason})
-        closed = moved is not None and moved.alongside_done
-    else:
-        ti = _read(session, key.ti_id)  # None: no such task instance (a batch's lock did not ask)
-        moved = (apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now, locked=True)
-                 if ti is not None and settled_by(key, ti) and ti.state in s.IN_FLIGHT else None)
+    # In the lock order of every settling path: the run, the task instance, then the attempt record.
+    moved = settle_attempt(session=session, key=key, outcome=outcome, backoff=backoff, now=now,
+                           run_locked=run_locked, alongside=closing_success, params={"close_reason": outcome.reason})
     if moved is None:
-        ti = _row(session, key.ti_id)
-        if ti is not None and settled_by(key, ti) and ti.state not in s.IN_FLIGHT \
-                and _already_applied(session, key, outcome):
-            return ti
-        raise stale_report(key, ti)
-    if not closed:  # an attempt dispatched before the fence has no record: close_attempt makes one
+        return _applied_before(session, key, outcome)
+    # PostgreSQL closes a success's record in the rail's own statement; close_attempt also makes
+    # the record an attempt dispatched before the fence existed lacks.
+    if not (outcome.kind == "success" and moved.alongside_done):
         close_attempt(session, key, outcome, now)
     return moved
 
 
-def _closing_success(settled: CTE) -> CTE:
-    """The record of the attempt the success rail moved, closed in the rail's statement."""
-    return recording(settled, state=AttemptState.SUCCESS, outcome_kind=OUTCOME_KIND["success"],
-                     reason=bindparam("close_reason", type_=ATTEMPTS.c.reason.type), ended_at=bindparam("now"))
+def _applied_before(session: Session, key: AttemptKey, outcome: Outcome) -> Row:
+    """The row of attempt `key` if it already ended with `outcome`; otherwise its refusal."""
+    ti = _fence_row(session, key.ti_id)
+    if (ti is not None and settled_by(key, ti) and ti.state not in states.IN_FLIGHT
+            and ended_with(session, key, outcome)):
+        return ti
+    raise stale_report(key, ti)
 
 
-def writes_once(session: Session, body: Report) -> bool:
-    """Whether the report is one guarded statement (with the run locked by the caller),
-    refused, if at all, before it writes, and binding no value of the agent's that a column
-    could refuse: `running`, and `success` without a reason, where one statement writes the
-    task instance and its attempt record (PostgreSQL). A batch applies such an entry without a
-    savepoint of its own, which would cost two round trips more than its work."""
+def writes_in_one_statement(session: Session, body: Report) -> bool:
+    """Whether the report is one guarded statement, refused (if at all) before it writes, that
+    binds no agent value a column could refuse: `running`, and `success` without a reason, on
+    PostgreSQL, where one statement writes the task instance and its attempt record.
+
+    A batch applies such an entry without a savepoint, which would cost two round trips more
+    than the work."""
     return (body.state == "running" or (body.state == "success" and body.reason is None)) \
         and dialect_of(session).writes_in_ctes
 
@@ -223,8 +206,8 @@ def _start(session: Session, key: AttemptKey, now: datetime) -> Row:
     together = dialect_of(session).writes_in_ctes
     moved = session.execute(START_RECORDED if together else START, {**_attempt(key), "now": now}).first()
     if moved is None:
-        ti = _row(session, key.ti_id)
-        if ti is not None and settled_by(key, ti) and ti.state == s.RUNNING:
+        ti = _fence_row(session, key.ti_id)
+        if ti is not None and settled_by(key, ti) and ti.state == states.RUNNING:
             return ti
         raise stale_report(key, ti)
     if not (together and moved.recorded):
@@ -232,19 +215,13 @@ def _start(session: Session, key: AttemptKey, now: datetime) -> Row:
     return moved
 
 
-def _already_applied(session: Session, key: AttemptKey, outcome: Outcome) -> bool:
-    record = find_attempt(session, key)
-    return (record is not None and record.outcome_kind == OUTCOME_KIND[outcome.kind]
-            and record.reason == outcome.reason)
-
-
 def release(*, session: Session, key: AttemptKey) -> TaskInstance:
     """Hand back a claim whose user code never started (settle rule): requeued on a new epoch,
     spending neither a try nor the infra budget."""
-    ti = _read(session, key.ti_id)
+    ti = read_task_instance(session, key.ti_id)
     if ti is None or not settled_by(key, ti):
         raise stale_report(key, ti)
-    if ti.state != s.QUEUED:
+    if ti.state != states.QUEUED:
         # Still the live attempt, so not stale: but its user code started (or it ended), and
         # a started attempt ends only with an outcome.
         raise AppError(409, "attempt-started", "Attempt started",
@@ -252,6 +229,6 @@ def release(*, session: Session, key: AttemptKey) -> TaskInstance:
                        should_terminate=False, state=ti.state)
     moved = requeue(session=session, ti=ti)
     if moved is None:
-        raise stale_report(key, _read(session, key.ti_id))
-    update_attempt(session, key, state=AttemptState.RELEASED, ended_at=utcnow())
+        raise stale_report(key, read_task_instance(session, key.ti_id))
+    close_attempt(session, key, RELEASED, utcnow())
     return moved

@@ -9,13 +9,13 @@ from sqlmodel import Session
 from app.auth.attempt_key import AttemptKey
 from app.db.types import utcnow
 from app.errors import AppError, conflict
-from app.execution.attempts import close_attempt, update_attempt
+from app.execution.attempts import CANCELLED, CLEARED, MARKED, close_attempt
 from app.orchestration import operator, states
 from app.orchestration.cas import lock_run
 from app.orchestration.models import DagRun, TaskInstance
 from app.orchestration.readiness import settle_run
 from app.orchestration.runs import run_task_instances
-from app.orchestration.states import AttemptState, Rail
+from app.orchestration.states import Rail
 from app.routing import selection
 
 # A claim (scheduled -> queued) and a start (queued -> running) take no run lock, so a rail
@@ -30,12 +30,11 @@ def _fenced(ti: TaskInstance) -> AttemptKey | None:
 
 
 def clear(*, session: Session, ti: TaskInstance, rail: Rail = states.CLEAR) -> TaskInstance | None:
-    """orchestration.operator.clear; an in-flight attempt's record ends as `cleared`."""
+    """orchestration.operator.clear, ending an in-flight attempt's record as `cleared`."""
     fenced = _fenced(ti)
     cleared = operator.clear(session=session, ti=ti, rail=rail)
     if cleared is not None and fenced:
-        update_attempt(session, fenced, state=AttemptState.CLEARED, reason="cleared by an operator",
-                       ended_at=utcnow())
+        close_attempt(session, fenced, CLEARED, utcnow())
     return cleared
 
 
@@ -44,8 +43,7 @@ def mark_state(*, session: Session, ti: TaskInstance, state: states.State) -> Ta
     fenced = _fenced(ti)
     marked = operator.mark_state(session=session, ti=ti, state=state)
     if marked is not None and fenced:
-        update_attempt(session, fenced, state=AttemptState(f"marked_{state}"),
-                       reason=f"marked {state} by an operator", ended_at=utcnow())
+        close_attempt(session, fenced, MARKED[state], utcnow())
     return marked
 
 
@@ -93,19 +91,18 @@ def _end(session: Session, ti: TaskInstance, now: datetime, *, ready_too: bool) 
         fenced = _fenced(ti)
         if (operator.cancel if fenced else operator.skip)(session=session, ti=ti, now=now) is not None:
             if fenced:
-                update_attempt(session, fenced, state=AttemptState.CANCELLED, reason="run cancelled by an operator",
-                               ended_at=now)
+                close_attempt(session, fenced, CANCELLED, now)
             return True
         ti = session.get(TaskInstance, ti.id, populate_existing=True)
     raise moved()
 
 
 def replace(*, session: Session, ti: TaskInstance, now: datetime | None = None) -> TaskInstance:
-    """Re-place now: the attempt in flight ends `unexecutable` (reason operator_replaced; the
-    worker is told to terminate) and the task instance is scheduled again at once, on the same
-    try, spending one re-place of its infra budget; with the budget spent, or for a
-    non-idempotent task whose user code started, it ends infra_failed instead (contract 2.4,
-    2.9). 409 task-instance-not-in-flight if no attempt is in flight."""
+    """Re-place now: the attempt in flight ends `unexecutable` (reason operator_replaced, its
+    worker told to terminate) and the task instance is scheduled again at once on the same try,
+    spending one re-place of its infra budget. With the budget spent, or for a non-idempotent
+    task whose user code started, it ends infra_failed instead (contract 2.4, 2.9). 409
+    task-instance-not-in-flight if no attempt is in flight."""
     now = now or utcnow()
     lock_run(session, ti.dag_run_id)
     session.refresh(ti)

@@ -36,7 +36,7 @@ from app.db.retries import retried
 from app.db.types import utcnow
 from app.execution.attempts import close_attempt
 from app.identity.models import Execution
-from app.orchestration import states as s
+from app.orchestration import states
 from app.orchestration.cas import RUN_LOCK, from_sources, lock_runs
 from app.orchestration.models import TaskInstance
 from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome
@@ -46,7 +46,7 @@ from app.telemetry.metrics import count_conflict, reaper_marks, reaper_sweep_dur
 log = logging.getLogger("fenceline.reapers")
 SWEEP_LOCK_KEY = 0x66656E6365  # "fence"
 LEADER_LOCK_KEY = 0x7265617065  # "reape": a key of its own, so the leader's sweeps can take SWEEP_LOCK_KEY
-zeroed(reaper_marks, reason=s.REAPER_MARKS)
+zeroed(reaper_marks, reason=states.REAPER_MARKS)
 
 
 @dataclass(frozen=True)
@@ -103,23 +103,24 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime,
     cols = (TaskInstance.id, TaskInstance.state, TaskInstance.try_number, TaskInstance.attempt_epoch,
             TaskInstance.dag_run_id)
     queries = {
-        s.AGENT_LOST: select(*cols).where(
-            from_sources(s.AGENT_LOST),
+        states.AGENT_LOST: select(*cols).where(
+            from_sources(states.AGENT_LOST),
             or_(TaskInstance.last_heartbeat_at < now - thresholds.agent_lost,
                 TaskInstance.last_heartbeat_at.is_(None) & (TaskInstance.started_at < now - thresholds.agent_lost))),
-        s.DISPATCH_LOST: select(*cols).where(
-            from_sources(s.DISPATCH_LOST), TaskInstance.queued_at < now - thresholds.dispatch_lost),
-        s.WORKER_LOST: select(*cols).join(Execution, Execution.execution_id == TaskInstance.execution_id).where(
-            from_sources(s.WORKER_LOST),
+        states.DISPATCH_LOST: select(*cols).where(
+            from_sources(states.DISPATCH_LOST), TaskInstance.queued_at < now - thresholds.dispatch_lost),
+        states.WORKER_LOST: select(*cols).join(Execution, Execution.execution_id == TaskInstance.execution_id).where(
+            from_sources(states.WORKER_LOST),
             or_(Execution.superseded_by.is_not(None), Execution.obs_terminal.is_(True))),
     }
     counted = now - counting_since if counting_since is not None else None
-    for rail, threshold in ((s.AGENT_LOST, thresholds.agent_lost), (s.DISPATCH_LOST, thresholds.dispatch_lost)):
+    limits = ((states.AGENT_LOST, thresholds.agent_lost), (states.DISPATCH_LOST, thresholds.dispatch_lost))
+    for rail, threshold in limits:
         if counted is not None and counted < threshold:
             del queries[rail]
     found: dict[uuid.UUID, Candidate] = {}
     for rail, query in queries.items():  # worker_lost last: it names the cause best
-        silent_before = now - thresholds.agent_lost if rail is s.AGENT_LOST else None
+        silent_before = now - thresholds.agent_lost if rail is states.AGENT_LOST else None
         for row in session.execute(query):
             key = AttemptKey(row.id, row.try_number, row.attempt_epoch)
             found[row.id] = Candidate(key, row.state, rail.name, silent_before, row.dag_run_id)
@@ -127,7 +128,7 @@ def find_candidates(*, session: Session, thresholds: Thresholds, now: datetime,
     return sorted(found.values(), key=lambda c: (str(c.dag_run_id), str(c.key.ti_id)))
 
 
-def mark(*, session: Session, candidate: Candidate, backoff: InfraBackoff, now: datetime) -> bool:
+def mark_lost(*, session: Session, candidate: Candidate, backoff: InfraBackoff, now: datetime) -> bool:
     """Route `candidate` as unexecutable(reason) if it is still exactly as listed (and, for
     agent-lost, still silent). The sweep locked the candidate's run, and the task instance is
     locked here before the check, so a report or heartbeat either lands first and saves the
@@ -149,7 +150,7 @@ def mark(*, session: Session, candidate: Candidate, backoff: InfraBackoff, now: 
     outcome = Outcome("unexecutable", candidate.reason)
     with session.begin_nested():
         moved = apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now,
-                              within=s.REAPER_MARKS[candidate.reason])
+                              within=states.REAPER_MARKS[candidate.reason])
         if moved is not None:
             close_attempt(session, candidate.key, outcome, now)
     return moved is not None
@@ -180,7 +181,7 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: InfraBackoff, no
     # waits on a run while it holds a task instance of another (docs/decisions/0013-one-lock-order.md).
     lock_runs(session, {c.dag_run_id for c in candidates if c.dag_run_id is not None})
     for candidate in candidates:
-        if mark(session=session, candidate=candidate, backoff=backoff, now=now):
+        if mark_lost(session=session, candidate=candidate, backoff=backoff, now=now):
             marked[candidate.reason] = marked.get(candidate.reason, 0) + 1
     # Promotion locks task instances without their runs, so it comes after the marks (which
     # lock runs first): a sweep never waits for a run while holding a task instance.

@@ -102,10 +102,9 @@ def batch_turns() -> anyio.CapacityLimiter:
     return _batch_turns[0]
 
 
-# The body is the one the ingress parsed (off the event loop: 500 entries' tokens are ~300 KB),
-# never parsed again, and the answer is encoded once from the results as they are: FastAPI's
-# second parse (on the loop), its walk of every entry's text and a model per result were a
-# fifth of a batch's CPU (py-spy, bench/batches.py).
+# The body is the one the ingress parsed off the event loop (500 entries' tokens are some
+# 300 KB), and the answer is encoded once from the results as they are: FastAPI's own parse and
+# response model would do both again, on the loop (docs/performance.md, "Batches").
 BATCH_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": schema_ref(BatchRequest)}}}}
 
 
@@ -128,11 +127,11 @@ async def attempts_batch(request: Request, execution_id: WorkerDep, document: Js
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) \
             from None
     state = request.app.state
-    batch_ = batch.Batch(execution_id, installation(request).keyring, state.settings.accept_legacy_attempt_tokens,
-                         backoff(request), state.log_appends)
+    context = batch.BatchContext(execution_id, installation(request).keyring,
+                                 state.settings.accept_legacy_attempt_tokens, backoff(request), state.append_log_entry)
 
     def applied(session: Session) -> list[batch.Result]:
-        results = batch.apply(session=session, batch=batch_, entries=entries)
+        results = batch.apply(session=session, context=context, entries=entries)
         commit(session)
         return results
 

@@ -79,13 +79,13 @@ def fault_refusal(fault: LogStoreFault, *, reading: bool = False) -> AppError:
 
 
 @dataclass(frozen=True)
-class BatchAppends:
-    """A batch's `log` entries (app/execution/batch.py, which the app hands this to): each
-    entry's fields validated and appended as POST /v1/attempts/logs would, a store's fault
-    answered as that route answers it. An append writes one statement at most, its last (the
-    chunk's row), so the batch gives it no savepoint; a fault the database met in the batch's
-    transaction therefore fails the batch whole (507 or 503, app/logs/deps.py), as any database
-    fault of a batch does, and nothing of it is written."""
+class LogEntryAppender:
+    """Appends one `log` entry of a batch (app/execution/batch.py, which the app hands this to)
+    as POST /v1/attempts/logs would, and refuses a store's fault as that route does.
+
+    An append writes at most one statement, its last (the chunk's row), so the batch gives it no
+    savepoint: a fault the database meets fails the whole batch, as any database fault of a
+    batch does (507 or 503, app/logs/deps.py), and nothing of it is written."""
 
     store: LogStore
     max_request_bytes: int

@@ -76,6 +76,14 @@ def cas(session: Session, ti: TaskInstance, rail: Rail, now: datetime | None = N
     return moved
 
 
+def read_task_instance(session: Session, ti_id: uuid.UUID) -> TaskInstance | None:
+    """The task instance as the database holds it now (not as the session last saw it), the
+    state a rail's compare-and-swap then guards on."""
+    return session.execute(
+        select(TaskInstance).where(TaskInstance.id == ti_id).execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+
+
 # The run's lock is FOR NO KEY UPDATE, not FOR UPDATE: it queues every holder of it one after the
 # other just the same, but not the FOR KEY SHARE lock that PostgreSQL's foreign-key check takes
 # on the run when a transaction writes a task instance (or its history, or its attempt record)

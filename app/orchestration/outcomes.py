@@ -1,15 +1,16 @@
 """Outcomes: how one attempt's single outcome moves its task instance, and the try's archive.
 
-An outcome (success, failed, unexecutable, rescheduled), as execution hands it over, takes the
-rail the retry policy chooses (apply_outcome); a finished try is archived once and readiness is
-judged for the run (app/orchestration/readiness.py). A success reported by the attempt in
-flight, the hot path, is one guarded statement (settle_success) that on PostgreSQL also archives
-the try (docs/performance.md: with the attempt record that rides along, a success went from six
-database round trips to four); both archive statements write the same columns (archived), and
-tests/orchestration/test_success_paths.py holds the two success paths to the same rows on both
-databases. The retry policy (InfraBackoff) is built once from the settings at the application's
-start and handed down to the rails. Every move to a state claimable at a later
-`next_eligible_at` announces it in the same transaction.
+A reported outcome (success, failed, unexecutable, rescheduled) comes in by one call,
+settle_attempt, and takes the rail the retry policy chooses (apply_outcome); a finished try is
+archived once and readiness is judged for the run (app/orchestration/readiness.py). A success
+reported by the attempt in flight, the hot path, is one guarded statement (settle_success) that
+on PostgreSQL also archives the try. Both archive statements write the same columns (archived),
+and tests/orchestration/test_success_paths.py holds the two success paths to the same rows on
+both databases.
+
+The retry policy (InfraBackoff) is built once from the settings at the application's start and
+handed down to the rails. Every move to a state claimable at a later `next_eligible_at`
+announces it in the same transaction.
 """
 
 import random
@@ -23,11 +24,22 @@ from typing import Any, Literal
 from sqlalchemy import CTE, Executable, Insert, Row, bindparam, exists, literal, select, update
 from sqlmodel import Session
 
+from app.auth.attempt_key import AttemptKey
 from app.db.dialect import Dialect, dialect_of
 from app.db.statements import one_of
 from app.db.types import UTCDateTime, utcnow
 from app.orchestration import states
-from app.orchestration.cas import HISTORY, NEW_EXECUTION, TI, cas, from_sources, lock_run, moved_to
+from app.orchestration.cas import (
+    HISTORY,
+    NEW_EXECUTION,
+    TI,
+    cas,
+    from_sources,
+    lock_run,
+    lock_run_of,
+    moved_to,
+    read_task_instance,
+)
 from app.orchestration.events import announce, announce_room, room_notification
 from app.orchestration.models import TaskInstance
 from app.orchestration.readiness import ready_downstream, refresh_run, settle_run
@@ -58,6 +70,12 @@ class InfraBackoff:
     def delay(self, infra_attempts: int) -> timedelta:
         ceiling = min(self.cap_seconds, self.base_seconds * 2 ** infra_attempts)
         return timedelta(seconds=ceiling * random.uniform(0.5, 1.0))
+
+
+# A statement of the caller's that rides on the row settle_success moves (PostgreSQL): given the
+# CTE of the moved row, a data-modifying CTE answering the ids of the rows it changed. Pass a
+# module-level function: the statement is built once per function (functools.cache).
+Alongside = Callable[[CTE], CTE]
 
 
 # What a try's archive copies of the row as it is, beside its key and the state it archives.
@@ -110,18 +128,39 @@ def settled(session: Session, ti: TaskInstance | None, archived_state: str | Non
     return ti
 
 
+def settle_attempt(
+    *, session: Session, key: AttemptKey, outcome: Outcome, backoff: InfraBackoff, now: datetime,
+    run_locked: bool = False, alongside: Alongside | None = None, params: Mapping[str, object] | None = None,
+) -> TaskInstance | Row | None:
+    """Settle attempt `key` with its outcome if it is the live attempt and in flight (the settle
+    rule): its run locked first unless the caller holds it, then a success's one statement
+    (settle_success, with `alongside` and `params`) or the rail the retry policy chooses.
+
+    None, having changed nothing, if `key` is not that attempt or names no task instance."""
+    if not run_locked and not lock_run_of(session, key.ti_id):
+        return None
+    if outcome.kind == "success":
+        return settle_success(session=session, ti_id=key.ti_id, try_number=key.try_number,
+                              attempt_epoch=key.attempt_epoch, now=now, alongside=alongside, params=params)
+    ti = read_task_instance(session, key.ti_id)
+    if ti is None or AttemptKey.of(ti) != key or ti.state not in states.IN_FLIGHT:
+        return None
+    return apply_outcome(session=session, ti=ti, outcome=outcome, backoff=backoff, now=now, locked=True)
+
+
 def apply_outcome(
     *, session: Session, ti: TaskInstance, outcome: Outcome, backoff: InfraBackoff, now: datetime | None = None,
     within: Rail | None = None, locked: bool = False,
 ) -> TaskInstance | None:
-    """Route one attempt's outcome from the state `ti` was read in.
+    """Route one attempt's outcome from the state `ti` was read in. None if the attempt was
+    superseded meanwhile.
 
-    success ends the try; failed (application) spends it: up_for_retry while try_number <=
-    max_tries, else failed; unexecutable (infra) re-places the same try on the back-off budget
-    and ends in infra_failed when the budget is spent, or at once for a non-idempotent task
-    whose user code started; rescheduled waits for reschedule_at on the same try.
-    `within`, a reaper's mark, narrows the states the outcome may be applied from; `locked`
-    says the caller holds the run's lock already. None if the attempt was superseded meanwhile.
+    A success ends the try. An application failure spends it: up_for_retry while try_number <=
+    max_tries, else failed. An infra fault (unexecutable) re-places the same try on the back-off
+    budget, and ends in infra_failed once the budget is spent, or at once for a non-idempotent
+    task whose user code started. A reschedule waits for reschedule_at on the same try.
+    `within` (a reaper's mark) narrows the states the outcome may be applied from, and `locked`
+    says the caller holds the run's lock already.
     """
     now = now or utcnow()
     if not locked:
@@ -171,12 +210,6 @@ def requeue(*, session: Session, ti: TaskInstance) -> TaskInstance | None:
 SETTLED_COLUMNS = tuple(c for c in TI.c if c.name not in ("payload", "upstream_task_ids"))
 _SIBLING = TI.alias("sibling")
 
-# A statement of the caller's that rides on the row settle_success moves (PostgreSQL): given the
-# CTE of the moved row, a data-modifying CTE answering the ids of the rows it changed. Pass a
-# module-level function: the statement is built once per function (functools.cache).
-Alongside = Callable[[CTE], CTE]
-
-
 @cache
 def _settling_success(dialect: Dialect, alongside: Alongside | None) -> Executable:
     """The success rail's one statement. It answers whether another task instance of the run is
@@ -210,11 +243,12 @@ def settle_success(*, session: Session, ti_id: uuid.UUID, try_number: int, attem
                    now: datetime, alongside: Alongside | None = None,
                    params: Mapping[str, object] | None = None) -> Row | None:
     """The success rail for the attempt (ti_id, try_number, attempt_epoch) while it is in
-    flight, in one guarded statement; the try archived, readiness judged for the task's
-    downstream only (none for a task nothing waits on), and the run's state settled when this
-    was its last unfinished task instance. The caller holds the run's lock (lock_run_of). On
-    PostgreSQL `alongside` (with the values of its `params`) runs in the same statement, after
-    the row moved. None if the attempt is not the live one."""
+    flight, in one guarded statement that the caller holds the run's lock for (lock_run_of).
+
+    The try is archived, readiness judged for the task's downstream only, and the run settled
+    when this was its last unfinished task instance. On PostgreSQL `alongside` (bound with
+    `params`) runs in the same statement, after the row moved. None if the attempt is not the
+    live one."""
     dialect = dialect_of(session)
     moved = session.execute(_settling_success(dialect, alongside), {
         "key_ti": ti_id, "key_try": try_number, "key_epoch": attempt_epoch, "now": now, "archive_id": uuid.uuid4(),

@@ -133,7 +133,7 @@ class Worker:
             self._admit_pod(operator)
         else:
             self._admit_local(operator)
-        self.ctx.api.batcher.start(self.worker_token, self.execution_id)  # its attempts' writes, together
+        self.ctx.api.coalescer.start(self.worker_token, self.execution_id)  # its attempts' writes, together
 
     def _admit_pod(self, operator: str) -> None:
         """Admit this Pod, or re-attach to its execution (app/worker/kubernetes.py)."""

@@ -13,7 +13,7 @@ import httpx
 import tenacity
 
 from app.worker import tracing
-from app.worker.batcher import Batcher
+from app.worker.coalescer import WriteCoalescer
 
 T = TypeVar("T")
 SEAT_EXECUTIONS = "/v1/seats/{seat}/executions"
@@ -113,10 +113,10 @@ class Api:
         self.server, self.timeout = server.rstrip("/"), timeout
         self.http = httpx.Client(base_url=self.server, timeout=httpx.Timeout(timeout, connect=5.0))
         # The agent writes of every task, coalesced once the execution is admitted (batch_tick 0: never).
-        self.batcher = Batcher(self._post_batch, batch_tick, ServerUnreachable, log=log)
+        self.coalescer = WriteCoalescer(self._post_batch, batch_tick, ServerUnreachable, log=log)
 
     def close(self) -> None:
-        self.batcher.close()
+        self.coalescer.close()
         self.http.close()
 
     def _post_batch(self, worker_token: str, entries: list[dict[str, Any]]) -> tuple[int, Any]:
@@ -138,7 +138,7 @@ class Api:
         entry = {"attempt_token": attempt_token, "op": op, **fields}
         if (trace := tracing.current.get()) is not None:
             entry["traceparent"] = trace
-        answered = self.batcher.send(entry, urgent=urgent)
+        answered = self.coalescer.send(entry, urgent=urgent)
         if answered is None:
             return single()
         status, body = answered

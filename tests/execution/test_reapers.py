@@ -47,9 +47,9 @@ class TestMark:
             session.commit()
         return found
 
-    def mark(self, engine, candidate: reapers.Candidate) -> bool:
+    def mark_lost(self, engine, candidate: reapers.Candidate) -> bool:
         with Session(engine) as session:
-            marked = reapers.mark(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
+            marked = reapers.mark_lost(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
             session.commit()
         return marked
 
@@ -60,7 +60,7 @@ class TestMark:
         assert (candidate.reason, candidate.state, candidate.key.attempt_epoch) == ("dispatch_lost", "queued", 1)
         attempt.report("running")
         before = operator.ti(attempt.ti_id)
-        assert self.mark(engine, candidate) is False
+        assert self.mark_lost(engine, candidate) is False
         assert operator.ti(attempt.ti_id) == before
         attempt.report("success")
 
@@ -74,7 +74,7 @@ class TestMark:
         second = worker.claim_one()
         before = operator.ti(second.ti_id)
         assert (before["state"], before["try_number"], before["attempt_epoch"]) == ("queued", 1, 3)
-        assert self.mark(engine, candidate) is False
+        assert self.mark_lost(engine, candidate) is False
         assert operator.ti(second.ti_id) == before
         second.report("running")
 
@@ -82,9 +82,9 @@ class TestMark:
         operator.create_run(task("a"))
         attempt = Worker(operator).claim_one()
         (candidate,) = self.candidates(engine, dispatch_lost=timedelta(0))
-        assert self.mark(engine, candidate) is True
+        assert self.mark_lost(engine, candidate) is True
         assert replaced(operator.ti(attempt.ti_id), "dispatch_lost", 2)
-        assert self.mark(engine, candidate) is False
+        assert self.mark_lost(engine, candidate) is False
 
 
     def test_a_heartbeat_between_list_and_mark_saves_the_attempt(self, operator, engine):
@@ -96,7 +96,7 @@ class TestMark:
         candidate = reapers.Candidate(key, "running", "agent_lost", silent_before=listed_at + timedelta(microseconds=1))
         assert attempt.heartbeat().status_code == 200
         before = operator.ti(attempt.ti_id)
-        assert self.mark(engine, candidate) is False
+        assert self.mark_lost(engine, candidate) is False
         assert operator.ti(attempt.ti_id) == before
 
 
@@ -131,11 +131,11 @@ class TestLockOrder:
             candidates = {str(c.key.ti_id): c for c in reapers.find_candidates(
                 session=session, thresholds=reapers.Thresholds(timedelta(0), timedelta(0)),
                 now=utcnow() + timedelta(seconds=1))}
-            assert reapers.mark(session=session, candidate=candidates[a.ti_id], backoff=NO_BACKOFF, now=utcnow())
+            assert reapers.mark_lost(session=session, candidate=candidates[a.ti_id], backoff=NO_BACKOFF, now=utcnow())
             thread = threading.Thread(target=write)
             thread.start()
             wait_for_lock_waits(engine)
-            assert reapers.mark(session=session, candidate=candidates[b.ti_id], backoff=NO_BACKOFF, now=utcnow())
+            assert reapers.mark_lost(session=session, candidate=candidates[b.ti_id], backoff=NO_BACKOFF, now=utcnow())
             session.commit()
         thread.join(timeout=30)
         assert answers[0].status_code != 503, answers[0].text  # 503: PostgreSQL broke a deadlock
@@ -163,7 +163,7 @@ class TestLockOrder:
             (candidate,) = [c for c in reapers.find_candidates(
                 session=session, thresholds=reapers.Thresholds(timedelta(0), timedelta(0)),
                 now=utcnow() + timedelta(seconds=1)) if str(c.key.ti_id) == attempts["a"].ti_id]
-            assert reapers.mark(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
+            assert reapers.mark_lost(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
             thread = threading.Thread(target=clear_c)
             thread.start()
             wait_for_lock_waits(engine)

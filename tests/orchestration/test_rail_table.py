@@ -45,7 +45,7 @@ def outcome(kind: str, reason: str | None = None, **at: Any) -> Callable[[Sessio
 def reaper_mark(reason: str) -> Callable[[Session, TaskInstance, Case], Any]:
     def mark(session: Session, ti: TaskInstance, case: Case) -> Any:
         candidate = reapers.Candidate(AttemptKey.of(ti), ti.state, reason)
-        return reapers.mark(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
+        return reapers.mark_lost(session=session, candidate=candidate, backoff=NO_BACKOFF, now=utcnow())
     return mark
 
 

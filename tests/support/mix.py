@@ -212,7 +212,7 @@ def create_run(actor: OperatorActor, width: int = 12) -> None:
 def run_mix(url: str, operator: Operator, seconds: float, *, workers: int = 2, threads: int = 2,
             operators: int = 1, extra: list[Callable[[threading.Event], None]] = ()) -> Tally:
     """The mix against the server at `url` for `seconds`: `workers` executions, each claiming
-    and reporting from `threads` threads (as a worker's claim loop and batcher run side by
+    and reporting from `threads` threads (as a worker's claim loop and write coalescer run side by
     side), and `operators` operators (`extra`: more actors, each a function
     of the stop event, run in threads of their own); answers the tally."""
     json_ok = operator.patch("/v1/pools/default_pool", json={"slots": 100_000})

@@ -1,4 +1,4 @@
-"""The worker's writes go in batches (app/worker/batcher.py), and as single requests to a
+"""The worker's writes go in batches (app/worker/coalescer.py), and as single requests to a
 server without the route; either way a task runs exactly as before."""
 
 import asyncio

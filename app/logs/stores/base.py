@@ -43,7 +43,7 @@ class LogStoreFault(Exception):
     the store answered; `reason` labels it in fenceline_log_store_errors_total (the errno name
     for the file store: enospc, erofs, eio, …). `in_database`: the database refused a statement
     of the transaction the store was given, which can then write nothing more (PostgreSQL
-    aborts it): a batch fails whole on such a fault (app/logs/service.py BatchAppends)."""
+    aborts it): a batch fails whole on such a fault (app/logs/service.py LogEntryAppender)."""
 
     def __init__(self, detail: str, reason: str, *, in_database: bool = False) -> None:
         super().__init__(detail)

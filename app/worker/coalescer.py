@@ -1,7 +1,7 @@
 """Coalescing the agent writes of every running task into batches (POST /v1/attempts/batch).
 
 Each task thread still makes its own calls, and waits for their answers, exactly as with single
-requests: the batcher only carries them. A call is queued, and one sender thread posts what is
+requests: the coalescer only carries them. A call is queued, and one sender thread posts what is
 queued once per tick (`--batch-tick`, 50 ms by default), or almost at once when an urgent call
 is among it (a report, `running` or an outcome, and a finished task's log tail, shipped before
 its outcome): URGENT_WINDOW later, so that the tasks of one claim, starting or ending together,
@@ -47,7 +47,9 @@ class Pending:
 Post = Callable[[str, list[dict[str, Any]]], tuple[int, Any]]
 
 
-class Batcher:
+class WriteCoalescer:
+    """Carries the calls of every task thread to the server in batches, one sender thread for them all."""
+
     def __init__(self, post: Post, tick: float, unreachable: type[Exception],
                  log: Callable[[str], None] = lambda _: None) -> None:
         self.post, self.tick, self.unreachable, self.log = post, tick, unreachable, log
@@ -64,7 +66,7 @@ class Batcher:
         with self._cond:
             self.worker_token, self.execution_id = worker_token, execution_id
         if self._thread is None and self.tick > 0:
-            self._thread = threading.Thread(target=self._run, name="batcher", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="coalescer", daemon=True)
             self._thread.start()
 
     def close(self) -> None:
