@@ -63,13 +63,13 @@ def next_due(engine: Engine) -> float | None:
 
 def served_app(settings: Settings | None = None) -> FastAPI:
     """The application of one `fenceline serve` process, with what it was built of (modules,
-    routes, schemas: some 200,000 objects, alive as long as the process) set aside from the
-    garbage collector: each full collection walked them all, stalling every request for 100-300
-    ms several times a minute under a fleet's batches (bench/batches.py, their p99). Not in
-    create_app: a process building many apps (the tests) would keep every one of them. Young
-    collections come every FENCELINE_GC_YOUNG_THRESHOLD allocations, not Python's 700: at 700 a
-    fleet's batches were collected young hundreds of times a second, their live objects promoted,
-    and full collections followed every few seconds (docs/performance.md, issue 45)."""
+    routes, schemas: some 200,000 objects, alive as long as the process) frozen out of the
+    garbage collector, so that a full collection does not walk them all and stall every request
+    under a fleet's batches (bench/batches.py measures their p99; docs/performance.md has the
+    figures). Young collections come every FENCELINE_GC_YOUNG_THRESHOLD allocations rather than
+    Python's 700, which would promote a batch's short-lived objects and bring full collections
+    every few seconds. Not in create_app: a process that builds many apps (the tests) would keep
+    every one of them."""
     settings = settings or get_settings()
     app = create_app(settings)
     gc.collect()
@@ -159,7 +159,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if tracing.wanted(settings.otel):
         tracing.instrument_app(app, app.state.engine)
     # The agents' routes first, then the Airflow-compatible reads: routing tries routes in order
-    # (matching every earlier route was a tenth of a tries read), and theirs are the hot ones.
+    # (trying every route before the match costs up to a tenth of a tries read), and theirs are
+    # the hot ones.
     # No router serves a path another also serves, so the order decides nothing else.
     for router in (execution_router, logs_router, airflow_v2_router, open_router, airflow_v1_router, cli_login_router,
                    health.router, docs_router, auth_router, identity_router, orchestration_router, rails_router,

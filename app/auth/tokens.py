@@ -65,15 +65,16 @@ class WrongScope(Exception):
 class Verified:
     """Tokens this key ring verified, with the claims they carry, checked against the times
     those claims hold (nbf/iat and exp, with the leeway) on every use: an agent presents one
-    attempt token on every write of its attempt, and checking its signature and claims again
-    each time was a quarter of a heartbeat's CPU. Only a token that passed every check is kept,
-    under its exact text, so a hit is as good as a check. Bounded: the oldest entries go first,
-    in constant time (a dict's first key is found by skipping the slots its deletions left, which
-    cost a sixth of a batch's CPU). The bound holds a large fleet's tokens: with fewer entries
-    than attempts heartbeating in turn, every use misses. An entry is about 2 KB; keys are
-    shared across entries. An entry is the claims alone, a dict of strings and numbers that the
-    garbage collector does not track: a tuple around it would be tracked, and every full
-    collection walked a fleet's 50,000 of them (docs/performance.md, issue 45)."""
+    attempt token on every write of its attempt, and checking its signature each time would be
+    a large share of a heartbeat's CPU. Only a token that passed every check is kept, under its
+    exact text, so a hit is as good as a check.
+
+    Bounded: the oldest entries go first, in constant time (an OrderedDict, since a plain dict
+    finds its first key by skipping the slots its deletions left). The bound holds a large
+    fleet's tokens: with fewer entries than attempts heartbeating in turn, every use would miss.
+    An entry is about 2 KB (its keys interned, shared across entries), the claims alone: a dict
+    of strings and numbers, which the garbage collector does not track (a tuple around it would
+    be tracked, and walked by every full collection; docs/performance.md)."""
 
     MAX_ENTRIES = 65536
 

@@ -1,4 +1,4 @@
-"""The HTTP connection layer under the application (issue 30, items 3 and 4): uvicorn's
+"""The HTTP connection layer under the application: uvicorn's
 httptools protocol with a bound on each request head and a deadline to finish it.
 
 A request line and its headers larger than `max_head_bytes` in all are refused with 431 and
