@@ -200,13 +200,16 @@ MAX_BATCH_ENTRIES = 500
 
 
 class BatchEntry(BaseModel):
-    """One entry of a batch: `attempt_token` (the attempt's own token, checked as its single
-    request's bearer would be), `op` and the fields of the single request's body: none for
-    `heartbeat`; those of POST /v1/attempts/report for `report` (`state`, `reason`,
-    `reschedule_at`); those of POST /v1/attempts/logs for `log` (`offset`, `content`). An entry
-    that breaks these rules is answered 422 on its own; the others go on. `traceparent`, optional,
-    is what the single request's W3C header would carry: with tracing on, the entry's span is a
-    child of it (in its run's trace); an invalid one is ignored, as the header is."""
+    """One entry of a batch: `attempt_token`, `op`, and the fields of the single request's body.
+
+    The attempt token is the attempt's own, checked as its single request's bearer would be. A
+    `heartbeat` carries no other field. A `report` carries those of POST /v1/attempts/report
+    (`state`, `reason`, `reschedule_at`), and a `log` those of POST /v1/attempts/logs (`offset`,
+    `content`). An entry that breaks these rules is answered 422 on its own, and the others go on.
+
+    `traceparent`, optional, is what the single request's W3C header would carry. With tracing
+    on, the entry's span is a child of it, in its run's trace; an invalid one is ignored, as the
+    header is."""
 
     model_config = {"extra": "allow"}
     attempt_token: str

@@ -1,12 +1,17 @@
 """The launcher process: the worker's agent (admission, claim loop, journal, drain) with a
 Pod per attempt where the worker has a process (app/worker/agent.py).
 
-Start-up order: journaled outcomes are re-delivered; the Pods of the attempts this state
-directory still holds are adopted, each by a runner that takes it up where it is (running,
-ended, or gone); the launcher re-attaches to its own execution by replaying the admission
-that created it (the same Idempotency-Key answers the same execution), so the server
-re-places none of its attempts; then it claims. Pods that no current attempt holds are
-deleted by the listing's sweep (app/launcher/watch.py).
+Start-up order:
+
+1. Journaled outcomes are re-delivered.
+2. The Pods of the attempts this state directory still holds are adopted, each by a runner
+   that takes it up where it is (running, ended, or gone).
+3. The launcher re-attaches to its own execution by replaying the admission that created it
+   (the same Idempotency-Key answers the same execution), so the server re-places none of its
+   attempts.
+4. It claims.
+
+Pods that no current attempt holds are deleted by the listing's sweep (app/launcher/watch.py).
 """
 
 import logging

@@ -36,11 +36,13 @@ def log_key(ti: TaskInstance, try_number: int, epoch: int) -> str:
 
 def append(*, session: Session, store: LogStore, token: AttemptClaims, offset: int, content: str,
            max_request_bytes: int, max_attempt_bytes: int) -> int:
-    """Append to the token's own attempt stream; answers the stored size. The attempt must still
-    be the task instance's current one under the relaxed rule (contract 2.5), finished or not:
-    a superseded attempt's append is refused like any stale write, and a claim-less token
-    appends to its try's legacy stream (`{try}.log`, served first). 413 payload-too-large past
-    the per-request limit; 409 log-offset-gap past the end; 413 past the per-attempt limit."""
+    """Append to the token's own attempt stream, and answer the stored size.
+
+    The attempt must still be the task instance's current one under the relaxed rule (contract
+    2.5), finished or not, so a superseded attempt's append is refused like any stale write. A
+    claim-less token appends to its try's legacy stream (`{try}.log`, served first). Past the
+    per-request limit the answer is 413 payload-too-large, past the stored end 409
+    log-offset-gap, and past the per-attempt limit 413."""
     data = content.encode()
     if len(data) > max_request_bytes:
         raise AppError(413, "payload-too-large", "Payload too large",

@@ -1,11 +1,14 @@
 """What `fenceline serve` (and `migrate`) checks before it serves, and the exit status of each
 refusal (docs/operations.md): one line naming the setting, no traceback.
 
-2 a bad setting or a malformed database URL; 3 the port in use; 4 the database unreachable
-after retrying with back-off for FENCELINE_DB_CONNECT_TIMEOUT_SECONDS; 5 a schema this version does
-not serve (docs/upgrades.md); 6 an unwritable data or log directory; 7 --workers refused (more than
-one on SQLite, or past the connection budget); 8 `migrate --contract` refused while a replica of an
-older release is alive.
+- 2: a bad setting or a malformed database URL.
+- 3: the port in use.
+- 4: the database unreachable after retrying with back-off for
+  FENCELINE_DB_CONNECT_TIMEOUT_SECONDS.
+- 5: a schema this version does not serve (docs/upgrades.md).
+- 6: an unwritable data or log directory.
+- 7: --workers refused (more than one on SQLite, or past the connection budget).
+- 8: `migrate --contract` refused while a replica of an older release is alive.
 """
 
 import errno

@@ -59,12 +59,15 @@ class LogStoreUnavailable(LogStoreFault):
 
 
 class LogStore(Protocol):
-    """Keys are `/`-separated relative paths (app/logs/service.py `log_key`). Writes and the
-    sizes read while a request runs go through that request's `session` (a store that keeps its
-    data or its chunk index in the database joins the request's transaction, so a refused request
-    leaves nothing behind); `read` and `keys` open their own short connections, because a
-    streamed answer outlives the request's transaction, unless the store is `within` a session
-    (what a request reads while it runs, in its own transaction)."""
+    """A store of attempt logs, keyed by `/`-separated relative paths (app/logs/service.py
+    `log_key`).
+
+    Writes, and the sizes read while a request runs, go through that request's `session`: a
+    store that keeps its data or its chunk index in the database joins the request's
+    transaction, so a refused request leaves nothing behind. `read` and `keys` open their own
+    short connections, because a streamed answer outlives the request's transaction. A store
+    `within` a session reads in that session's transaction instead, for what a request reads
+    while it runs."""
 
     name: str  # as FENCELINE_LOG_STORE names it
     fault_reasons: tuple[str, ...]  # every `reason` its LogStoreFaults carry
