@@ -38,8 +38,8 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20, pool_t
         # A statement that commits on its own and writes (a heartbeat: `single_statements`
         # below) waits its turn on a lock of the process (one process serves
         # SQLite) instead of in SQLite's busy handler, which sleeps 1, 2, 5, 10, 15, 20 … ms
-        # between tries: writers that met each other waited whole sleeps (heartbeats at
-        # concurrency 8: p99 106 ms, 17 ms behind the lock, at the same rate). A statement
+        # between tries: writers that met each other would wait whole sleeps, where a lock
+        # hands the turn on as soon as the writer before is done. A statement
         # whose turn does not come within the busy timeout goes on without it. (An UPDATE …
         # RETURNING keeps SQLite's lock until its rows are read, just after its turn: the next
         # writer may still meet the busy handler once.)

@@ -60,7 +60,7 @@ def work_ready(*, session: Session | Connection, execution_id: uuid.UUID, queues
     """Whether a claim by `execution_id` on `queues` may find ready work now (409
     stale-execution if it may not claim), in one read that locks nothing: an idle fleet's
     claims end here, and so take no write lock and open no transaction that writes (a bare
-    connection does: an ORM session's bookkeeping cost a tenth of an empty claim). Work whose
+    connection does, and an ORM session's bookkeeping would be a tenth of an empty claim). Work whose
     wait is over but that no claim has made ready yet is not seen: a caller that knows some
     may be due claims without looking (claim's `promote`)."""
     execution = session.execute(_look(len(queues)), {"execution_id": execution_id,

@@ -32,8 +32,8 @@ EXIT_OK, EXIT_ERROR, EXIT_SETTINGS, EXIT_SEAT_TAKEN, EXIT_SUPERSEDED = 0, 1, 2, 
 # Back-off between claims while the server is unreachable, at most this long.
 UNREACHABLE_CAP_SECONDS = 5.0
 # How many --batch-ticks slots freed one by one wait to be claimed together: a claim is a
-# request, a transaction and a token per task, and two ticks took 7 tasks a claim to 12-14 and
-# 0.6 ms of server and PostgreSQL CPU off a short task (bench/short_tasks.py).
+# request, a transaction and a token per task, so fewer, larger claims spend less server and
+# PostgreSQL CPU on each short task (bench/short_tasks.py measures it).
 GATHER_TICKS = 2
 
 

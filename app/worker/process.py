@@ -99,8 +99,8 @@ _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("lin
 
 
 # util-linux's setpriv sets PR_SET_PDEATHSIG and execs the command: started so, the command
-# needs no Python code between fork and exec, and Popen uses vfork instead of fork (a fork of
-# the worker and a preexec_fn cost ~5.6 ms of CPU per task, setpriv ~1.9, on this kind of host).
+# needs no Python code between fork and exec, and Popen can use vfork instead of fork, which
+# costs a fraction of the CPU per task that copying the worker for a preexec_fn does.
 SETPRIV = shutil.which("setpriv") if _PRCTL is not None else None
 
 
