@@ -299,10 +299,6 @@ def test_the_attempt_identity_is_declared_once():
     assert Correlation.model_fields["ti_id"].annotation is types["id"]
 
 
-# Class names two modules of app/ still share: each a rename left to a later change.
-SHARED_CLASS_NAMES = {"Refused", "Bar", "Try", "Candidate"}
-
-
 def test_a_name_names_one_thing():
     """One class per name across app/ (the Airflow wire schemas mirror Airflow's names, so are
     left out), and one try_log: the logs domain's; the faces' wrappers say what they add."""
@@ -312,7 +308,7 @@ def test_a_name_names_one_thing():
             for node in ast.parse(source(module)).body:
                 if isinstance(node, ast.ClassDef):
                     homes.setdefault(node.name, []).append(module)
-    shared = {name: found for name, found in homes.items() if len(found) > 1 and name not in SHARED_CLASS_NAMES}
+    shared = {name: found for name, found in homes.items() if len(found) > 1}
     assert shared == {}
     assert [m for m in MODULES if "def try_log(" in source(m)] == ["app.logs.service"]
 

@@ -21,7 +21,7 @@ EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 TIMEOUT_SECONDS = 30.0
 
 
-class Refused(Exception):
+class CommandRefused(Exception):
     """A command that could not be done, with the one line that says why and its exit status."""
 
     def __init__(self, line: str, status: int) -> None:
@@ -36,9 +36,9 @@ def _read_secret(path: str, what: str) -> str:
         with open(path, encoding="utf-8") as f:
             secret = f.read().strip()
     except OSError as exc:
-        raise Refused(f"cannot read the {what} file {path}: {exc.strerror}", EXIT_USAGE) from None
+        raise CommandRefused(f"cannot read the {what} file {path}: {exc.strerror}", EXIT_USAGE) from None
     if not secret:
-        raise Refused(f"the {what} file {path} is empty", EXIT_USAGE)
+        raise CommandRefused(f"the {what} file {path} is empty", EXIT_USAGE)
     return secret
 
 
@@ -92,7 +92,7 @@ class Server:
         if args.password_file:
             password = _read_secret(args.password_file, "password")
         elif not (password := os.environ.get("FENCELINE_PASSWORD", "")):
-            raise Refused("no credentials: give --password-file or --token-file, or set FENCELINE_PASSWORD or "
+            raise CommandRefused("no credentials: give --password-file or --token-file, or set FENCELINE_PASSWORD or "
                           "FENCELINE_TOKEN", EXIT_USAGE)
         answer = self._send("POST", "/auth/token", json={"username": args.username, "password": password},
                             headers=_device_header())
@@ -105,13 +105,14 @@ class Server:
         try:
             resp = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise Refused(f"cannot reach the server at {self.url}: {exc}", EXIT_UNREACHABLE) from None
+            raise CommandRefused(f"cannot reach the server at {self.url}: {exc}", EXIT_UNREACHABLE) from None
         if resp.is_success:
             try:
                 return resp.json()
             except ValueError:
-                raise Refused(f"the server at {self.url} answered {resp.status_code} without JSON: is it fenceline?",
-                              EXIT_UNREACHABLE) from None
+                raise CommandRefused(
+                    f"the server at {self.url} answered {resp.status_code} without JSON: is it fenceline?",
+                    EXIT_UNREACHABLE) from None
         try:
             problem = resp.json()
         except ValueError:
@@ -120,7 +121,7 @@ class Server:
         kind = problem.get("type") if isinstance(problem, dict) else None
         said = f"{resp.status_code}{' ' + kind if kind else ''}"
         status = EXIT_UNREACHABLE if resp.status_code >= 500 else EXIT_REFUSED
-        raise Refused(f"refused ({said}): {detail or resp.reason_phrase}", status)
+        raise CommandRefused(f"refused ({said}): {detail or resp.reason_phrase}", status)
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         if self.headers is None:
@@ -176,15 +177,16 @@ def _ti_id(server: Server, args: argparse.Namespace) -> str:
         try:
             return str(uuid.UUID(named[0]))
         except ValueError:
-            raise Refused(f"{named[0]!r} is no task instance id (give its id, or DAG RUN TASK)", EXIT_USAGE) from None
+            raise CommandRefused(f"{named[0]!r} is no task instance id (give its id, or DAG RUN TASK)",
+                                 EXIT_USAGE) from None
     if len(named) != 3:
-        raise Refused("name a task instance by its id, or by DAG RUN TASK", EXIT_USAGE)
+        raise CommandRefused("name a task instance by its id, or by DAG RUN TASK", EXIT_USAGE)
     dag_id, run_id, task_id = named
     run = server.call("GET", f"/v1/runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}")
     for ti in run["task_instances"]:
         if (ti["task_id"], ti["map_index"]) == (task_id, args.map_index):
             return ti["ti_id"]
-    raise Refused(f"run {run_id!r} of DAG {dag_id!r} has no task {task_id!r} with map index {args.map_index}",
+    raise CommandRefused(f"run {run_id!r} of DAG {dag_id!r} has no task {task_id!r} with map index {args.map_index}",
                   EXIT_REFUSED)
 
 
@@ -297,7 +299,7 @@ def run_command(run: Callable[[Server, argparse.Namespace], tuple[Any, str]], ar
     server = Server(args)
     try:
         answer, text = run(server, args)
-    except Refused as exc:
+    except CommandRefused as exc:
         print(f"fenceline: {exc}", file=sys.stderr, flush=True)
         return exc.status
     finally:

@@ -173,7 +173,7 @@ def lock_all_pools(session: Session) -> None:
 # --- the choice ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Candidate:
+class ClaimCandidate:
     """A ready task instance a claim of several may take, with its group (pool, tenant, room)."""
 
     id: Any
@@ -280,8 +280,8 @@ def _fit(groups: list[Row], rows: Iterable[Row], limit: int) -> list[Any]:
     """The first `limit` of `rows` in claim order, cut where they would together overfill a
     pool or a capped tenant (every task after the first that does not fit in its pool, or past
     its tenant's cap, is cut: a claim never skips ahead within a pool)."""
-    candidates = sorted((Candidate(row.id, groups[row.group_no], row.pool_slots, row.priority_weight, row.updated_at)
-                         for row in rows), key=lambda c: c.rank)
+    candidates = sorted((ClaimCandidate(row.id, groups[row.group_no], row.pool_slots, row.priority_weight,
+                                        row.updated_at) for row in rows), key=lambda c: c.rank)
     filled: dict[str, int] = {}
     taken: dict[str, int] = {}
     chosen = []

@@ -77,7 +77,7 @@ def _seconds(seconds: float) -> str:
 
 
 @dataclass(frozen=True)
-class Bar:
+class EpochBar:
     x: float
     width: float
     kind: str
@@ -97,7 +97,7 @@ class Row:
     ti: TaskInstance
     y: float
     label: str
-    bars: list[Bar]
+    bars: list[EpochBar]
     gaps: list[Gap]
     try_marks: list[tuple[float, int]]  # (x, try number) where a new try begins
 
@@ -148,7 +148,7 @@ def build(tis: list[TaskInstance], attempts: list[TaskAttempt], runners: dict[uu
             what = kind(a, live)
             kinds.add(what)
             until = "now" if live else _clock(ended, 1)
-            row.bars.append(Bar(x(a.claimed_at), max(MIN_BAR_W, round(x(ended) - x(a.claimed_at), 1)), what,
+            row.bars.append(EpochBar(x(a.claimed_at), max(MIN_BAR_W, round(x(ended) - x(a.claimed_at), 1)), what,
                                 f"{name} · try {a.try_number} epoch {a.attempt_epoch} · {describe(a, live)} · "
                                 f"on {runner_text(a, runners)} · {_clock(a.claimed_at, 1)} → {until} "
                                 f"({_seconds((ended - a.claimed_at).total_seconds())})"))

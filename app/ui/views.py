@@ -63,7 +63,7 @@ class Epoch:
 
 
 @dataclass
-class Try:
+class TryEpochs:
     number: int
     epochs: list[Epoch] = field(default_factory=list)
 
@@ -72,16 +72,16 @@ class Try:
         return sum(1 for e in self.epochs if e.attempt.outcome_kind == "infra")
 
 
-def task_instance_page(*, session: Session, ti_id: uuid.UUID) -> tuple[TaskInstance, list[Try]]:
+def task_instance_page(*, session: Session, ti_id: uuid.UUID) -> tuple[TaskInstance, list[TryEpochs]]:
     """The task instance and every try it has had, each with its epochs in order."""
     ti = runs.get_task_instance(session=session, ti_id=ti_id)
     found = history.tries(session, ti)
     executions = {i: execution_public(e) for i, e in
                   history.runners(session, [a for t in found for a in t.epochs]).items()}
-    tries = {n: Try(n) for n in range(1, ti.try_number + 1)}
+    tries = {n: TryEpochs(n) for n in range(1, ti.try_number + 1)}
     for t in found:
         live = t.current and ti.state in states.IN_FLIGHT
-        tries.setdefault(t.number, Try(t.number)).epochs.extend(
+        tries.setdefault(t.number, TryEpochs(t.number)).epochs.extend(
             Epoch(a, executions.get(a.execution_id) if a.execution_id else None,
                   current=live and a.attempt_epoch == ti.attempt_epoch)
             for a in t.epochs)
