@@ -38,6 +38,7 @@ from tests.support.api import Operator  # noqa: E402
 from tests.support.databases import throwaway_database  # noqa: E402
 from tests.support.releases import SOURCE, database_env, next_release, release_command, run_release  # noqa: E402
 from tests.support.servers import Served  # noqa: E402
+from tests.support.tcp_proxy import shut_both  # noqa: E402
 
 ACCESS = re.compile(r"fenceline\.access (\S+) (\S+) (\d{3}) ")
 
@@ -80,11 +81,7 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shut_both(src, dst)
 
 
 class Replica:

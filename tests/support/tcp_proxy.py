@@ -8,6 +8,15 @@ import threading
 from typing import Any
 
 
+def shut_both(*sockets: socket.socket) -> None:
+    """Shut both ends of a piped connection, either of which may be gone already."""
+    for sock in sockets:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class TcpProxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -53,11 +62,7 @@ class TcpProxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shut_both(src, dst)
 
     def cut(self) -> None:
         """Sever every connection and refuse new ones (the port stays bound, so nothing else
