@@ -23,6 +23,7 @@ Run: python -m bench.peer_growth [--sizes 10000,1000000] [--requests 50] [--seco
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,16 +114,10 @@ class AirflowPeer:
     def _drop(self) -> None:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        subprocess.run(["rm", "-rf", str(self.home)], check=True)
+        shutil.rmtree(self.home, ignore_errors=True)
 
-    def __enter__(self) -> "AirflowPeer":
-        if not (self.venv / "bin" / "airflow").exists():
-            raise SystemExit(f"no Airflow venv at {self.venv}: run ../shared/peers/airflow/setup.sh first")
-        try:
-            self._python("import psycopg2, asyncpg")
-        except subprocess.CalledProcessError:
-            subprocess.run([str(self.venv / "bin" / "pip"), "install", "-q", "psycopg2-binary", "asyncpg"], check=True)
-        self.env = {**os.environ, "AIRFLOW_HOME": str(self.home)}
+    def _start(self) -> None:
+        """Create (or reuse a kept) database, start the api-server, log in, make the template run."""
         reused = self._reusable()
         if not reused:
             self._create()
@@ -133,30 +128,42 @@ class AirflowPeer:
             [str(self.venv / "bin" / "airflow"), "api-server", "--host", "127.0.0.1", "--port",
              self.url.rsplit(":", 1)[1], "--workers", "1"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_until_serving(self.process, f"{self.url}/api/v2/monitor/health", "airflow api-server", 180)
+        with self.client() as client:
+            self.headers = {"Authorization": "Bearer " + client.post(
+                "/auth/token", json={"username": "admin", "password": "admin"}).raise_for_status()
+                .json()["access_token"], "Accept-Encoding": "identity"}
+            if not reused:  # one real run, made by Airflow, that the seed clones
+                client.post("/api/v2/dags/dag_000/dagRuns", headers=self.headers, json={
+                    "dag_run_id": peer_seeding.TEMPLATE_RUN, "logical_date": "2024-06-01T00:00:00Z",
+                }).raise_for_status()
+                peer_seeding.keep_template(self.database_url)
+
+    def __enter__(self) -> "AirflowPeer":
+        if not (self.venv / "bin" / "airflow").exists():
+            raise SystemExit(f"no Airflow venv at {self.venv}: run ../shared/peers/airflow/setup.sh first")
         try:
-            wait_until_serving(self.process, f"{self.url}/api/v2/monitor/health", "airflow api-server", 180)
-            with self.client() as client:
-                self.headers = {"Authorization": "Bearer " + client.post(
-                    "/auth/token", json={"username": "admin", "password": "admin"}).raise_for_status()
-                    .json()["access_token"], "Accept-Encoding": "identity"}
-                if not reused:  # one real run, made by Airflow, that the seed clones
-                    client.post("/api/v2/dags/dag_000/dagRuns", headers=self.headers, json={
-                        "dag_run_id": peer_seeding.TEMPLATE_RUN, "logical_date": "2024-06-01T00:00:00Z",
-                    }).raise_for_status()
-                    peer_seeding.keep_template(self.database_url)
+            self._python("import psycopg2, asyncpg")
+        except subprocess.CalledProcessError:
+            subprocess.run([str(self.venv / "bin" / "pip"), "install", "-q", "psycopg2-binary", "asyncpg"], check=True)
+        self.env = {**os.environ, "AIRFLOW_HOME": str(self.home)}
+        self.process: subprocess.Popen | None = None
+        try:
+            self._start()
         except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
         if not self.keep:
             self._drop()
 
