@@ -109,6 +109,7 @@ TI_ORDER = Ordering({
     **dict.fromkeys(("data_interval_start", "data_interval_end", "rendered_map_index", "operator"))},
     TI_TIES, refused={"duration": "fenceline does not order by duration (the duration is worked out per answer)"})
 TI_DEFAULT_ORDER = TI_ORDER(["map_index"])  # Airflow 3's; unmapped task instances first, then by dag_id
+_DEFAULT_ORDER_SQL = [str(term) for term in TI_DEFAULT_ORDER]
 
 
 def list_task_instances(session: Session, dag_id: str, run_id: str, filters: BaseModel, order: Sequence[ColumnTerm],
@@ -151,8 +152,7 @@ def _counted(filters: BaseModel, dag_id: str, run_id: str) -> tuple[list[str] | 
 
 
 def _in_default_order(order: Sequence[ColumnTerm]) -> bool:
-    return len(order) == len(TI_DEFAULT_ORDER) and all(
-        a.compare(b) for a, b in zip(order, TI_DEFAULT_ORDER, strict=True))
+    return [str(term) for term in order] == _DEFAULT_ORDER_SQL
 
 
 def _skipped_by_counts(session: Session, query: Select, states_: list[str] | None, limit: int,
