@@ -21,12 +21,12 @@ from app.ops.migrate import upgrade
 from app.orchestration.routes import DEFAULT_POOL
 from app.routing.models import DEFAULT_POOL_SLOTS, Pool
 from tests.support.api import Operator
+from tests.support.counts import KEPT_COUNTS
 from tests.support.databases import BACKENDS, throwaway_database
 from tests.support.s3 import moto_s3
 from tests.support.servers import LiveServer
 from tests.support.settings import TEST_DATA_DIR, app_settings
 
-KEPT_COUNTS = ("task_instance_counts", "task_instance_count_deltas")
 MIGRATED_DEFAULT_POOL = {"name": DEFAULT_POOL, "slots": DEFAULT_POOL_SLOTS, "description": "Default pool"}
 
 
