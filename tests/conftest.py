@@ -21,6 +21,7 @@ from app.ops.migrate import upgrade
 from app.orchestration.routes import DEFAULT_POOL
 from app.routing.models import DEFAULT_POOL_SLOTS, Pool
 from tests.support.api import Operator
+from tests.support.counts import KEPT_COUNTS
 from tests.support.databases import BACKENDS, throwaway_database
 from tests.support.s3 import moto_s3
 from tests.support.servers import LiveServer
@@ -72,13 +73,15 @@ def _clean_tables(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     shutil.rmtree(TEST_DATA_DIR / "logs", ignore_errors=True)
     engine: Engine = request.getfixturevalue("engine")
+    # The kept counts last: deleting task instances appends their deltas (migration 0015).
+    tables = sorted(reversed(metadata.sorted_tables), key=lambda t: t.name in KEPT_COUNTS)
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             # DELETE, not TRUNCATE: a TRUNCATE of every table makes new files for each (0.2 s a
             # test), a DELETE of a test's few rows takes a millisecond; in one round trip.
-            conn.exec_driver_sql("; ".join(f'DELETE FROM "{t.name}"' for t in reversed(metadata.sorted_tables)))
+            conn.exec_driver_sql("; ".join(f'DELETE FROM "{t.name}"' for t in tables))
         else:
-            for table in reversed(metadata.sorted_tables):
+            for table in tables:
                 conn.execute(table.delete())
         conn.execute(Pool.__table__.insert().values(**MIGRATED_DEFAULT_POOL))  # what the migration seeds
 
