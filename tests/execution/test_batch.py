@@ -340,7 +340,7 @@ class TestBatchFaults:
         refuses it, the batch's transaction can write nothing more, so the batch is answered
         507 whole and nothing of it is applied (the worker then sends each entry alone)."""
         backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
-        with small_filesystem("3m") as mount, database_on(mount, backend) as url, \
+        with small_filesystem("4m") as mount, database_on(mount, backend) as url, \
                 TestClient(create_app(app_settings(url, log_store="database"))) as client:
             operator = Operator(client)
             operator.create_run(task("a"), task("b"))
