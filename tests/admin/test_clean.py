@@ -17,6 +17,7 @@ from app.logs.models import LogRemoval
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from tests.support.api import Operator, Worker, kube_target, task
 from tests.support.history import finished
+from tests.support.logs import store_client
 
 TABLES = {"dag_runs": DagRun, "task_instances": TaskInstance, "task_instance_history": TaskInstanceHistory,
           "task_attempts": TaskAttempt, "log_removals": LogRemoval, "executions": Execution, "seats": Seat}
@@ -31,8 +32,9 @@ def store_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def client(make_client, store_name):
-    return make_client(log_store=store_name)
+def client(store_name, make_client, shared_apps):
+    with store_client(store_name, make_client, shared_apps) as client:
+        yield client
 
 
 @pytest.fixture

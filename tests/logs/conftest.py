@@ -2,13 +2,14 @@
 for the bucket) — on each database, the way every storage test runs on both databases."""
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.logs.stores.base import LogStore
-from tests.support.logs import STORES
+from tests.support.logs import STORES, store_client
 
 
 @pytest.fixture(params=STORES)
@@ -20,8 +21,10 @@ def store_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def client(make_client: Callable[..., TestClient], store_name: str) -> TestClient:
-    return make_client(log_store=store_name)
+def client(store_name: str, make_client: Callable[..., TestClient],
+           shared_apps: Callable[..., FastAPI]) -> Iterator[TestClient]:
+    with store_client(store_name, make_client, shared_apps) as client:
+        yield client
 
 
 @pytest.fixture
