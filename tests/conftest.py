@@ -20,7 +20,8 @@ from app.main import create_app
 from app.ops.migrate import upgrade
 from tests.support.api import Operator
 from tests.support.databases import BACKENDS, empty_tables, throwaway_database
-from tests.support.s3 import moto_s3
+from tests.support.logs import STORES
+from tests.support.s3 import empty_prefix, moto_s3
 from tests.support.servers import LiveServer
 from tests.support.settings import TEST_DATA_DIR, app_settings
 
@@ -164,6 +165,18 @@ def fresh_server(db_url: str, engine: Engine) -> Iterator[LiveServer]:
     """A live server of the test's own, started for it."""
     with LiveServer(create_app(app_settings(db_url))) as server:
         yield server
+
+
+@pytest.fixture(params=STORES)
+def store_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """FENCELINE_LOG_STORE for a test of every log store. The S3 store's prefix is the module's,
+    emptied after each test, so that the module's app of each store serves all its tests."""
+    if request.param != "s3":
+        yield request.param
+        return
+    bucket, prefix = request.getfixturevalue("s3_bucket"), request.module.__name__.replace(".", "-")
+    yield f"s3://{bucket}/{prefix}"
+    empty_prefix(bucket, prefix)
 
 
 S3_BUCKET = "fenceline-test"

@@ -2,7 +2,6 @@
 that ended before the date go with everything kept of them, every log store included; nothing
 else does, and nothing a fence relies on."""
 
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -24,16 +23,9 @@ TABLES = {"dag_runs": DagRun, "task_instances": TaskInstance, "task_instance_his
 TRIES = "/api/v2/dags/{dag}/dagRuns/{run}/taskInstances/t/tries"
 
 
-@pytest.fixture(params=["file", "database", "s3"])
-def store_name(request: pytest.FixtureRequest) -> str:
-    if request.param == "s3":
-        return f"s3://{request.getfixturevalue('s3_bucket')}/{uuid.uuid4().hex[:12]}"
-    return request.param
-
-
 @pytest.fixture
-def client(store_name, make_client, shared_apps):
-    with store_client(store_name, make_client, shared_apps) as client:
+def client(store_name, shared_apps):
+    with store_client(store_name, shared_apps) as client:
         yield client
 
 

@@ -1,7 +1,6 @@
 """Every log test runs against each store — file, database and S3 (moto's server standing in
 for the bucket) — on each database, the way every storage test runs on both databases."""
 
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -9,21 +8,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.logs.stores.base import LogStore
-from tests.support.logs import STORES, store_client
-
-
-@pytest.fixture(params=STORES)
-def store_name(request: pytest.FixtureRequest) -> str:
-    """FENCELINE_LOG_STORE for this test; each S3 test gets a prefix of its own."""
-    if request.param == "s3":
-        return f"s3://{request.getfixturevalue('s3_bucket')}/{uuid.uuid4().hex[:12]}"
-    return request.param
+from tests.support.logs import store_client
 
 
 @pytest.fixture
-def client(store_name: str, make_client: Callable[..., TestClient],
-           shared_apps: Callable[..., FastAPI]) -> Iterator[TestClient]:
-    with store_client(store_name, make_client, shared_apps) as client:
+def client(store_name: str, shared_apps: Callable[..., FastAPI]) -> Iterator[TestClient]:
+    with store_client(store_name, shared_apps) as client:
         yield client
 
 

@@ -17,8 +17,8 @@ V2 = "/api/v2/dags/dag/dagRuns/{run}/taskInstances/t/logs/1"
 
 
 @pytest.fixture
-def operator(store_name, make_client, shared_apps):
-    with store_client(store_name, make_client, shared_apps, log_retention_days=30) as client:
+def operator(store_name, shared_apps):
+    with store_client(store_name, shared_apps, log_retention_days=30) as client:
         yield Operator(client)
 
 

@@ -12,13 +12,8 @@ STORES = ["file", "database", "s3"]
 
 
 @contextmanager
-def store_client(store_name: str, make_client: Callable[..., TestClient], shared_apps: Callable[..., FastAPI],
-                 **overrides: Any) -> Iterator[TestClient]:
+def store_client(store_name: str, shared_apps: Callable[..., FastAPI], **overrides: Any) -> Iterator[TestClient]:
     """A client of the module's app of this store and setting overrides (tests/conftest.py,
-    shared_apps), started for the test; an S3 store's, whose prefix is the test's own, is built
-    for it."""
-    if store_name.startswith("s3://"):
-        yield make_client(log_store=store_name, **overrides)
-        return
+    shared_apps), started for the test."""
     with TestClient(shared_apps(log_store=store_name, **overrides)) as client:
         yield client
