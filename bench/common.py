@@ -119,20 +119,25 @@ class Server:
 def postgres_cpu(database: str | None = None) -> dict[int, float]:
     """User and system CPU so far of each PostgreSQL process on this machine, from /proc: every
     one, or only the backends connected to `database` (on a server other sessions use too; its
-    shared processes, the WAL writer and the checkpointer, are then left out)."""
-    found = {}
+    shared processes, the WAL writer and the checkpointer, are then left out). A backend's parallel
+    workers count with it: their title names the backend's PID, not the database."""
+    found, titles = {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             if (entry / "comm").read_text().strip() != "postgres":
                 continue
-            if database and f" {database} " not in (entry / "cmdline").read_text().replace("\0", " "):
-                continue
+            titles[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ")
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    if database:
+        backends = {pid for pid, title in titles.items() if f" {database} " in title}
+        workers = {pid for pid, title in titles.items()
+                   if (leader := title.partition("parallel worker for PID ")[2].split()) and int(leader[0]) in backends}
+        found = {pid: cpu for pid, cpu in found.items() if pid in backends | workers}
     return found
 
 

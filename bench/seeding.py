@@ -9,6 +9,11 @@ can be measured at 10k, then grown to 1M and measured again.
 """
 
 import psycopg
+from sqlmodel import Session
+
+from app.db.dialect import with_driver
+from app.db.engine import make_engine
+from app.orchestration.counts import fold_counts
 
 DAGS, TASKS = 200, 10
 RUNNING = 100  # the newest runs: running, their task instances scheduled
@@ -94,9 +99,9 @@ def seeded(url: str) -> int:
 
 def seed(url: str, task_instances: int, now: str = "2026-12-01T00:00:00Z") -> int:
     """Grow the database at `url` (a libpq URL, migrated) to `task_instances` task instances
-    (rounded down to whole runs) with older runs; answers how many it added. VACUUM ANALYZE
-    afterwards, so that index-only scans and the planner see the new rows as a day's autovacuum
-    would have."""
+    (rounded down to whole runs) with older runs; answers how many it added. The kept counts'
+    deltas folded and VACUUM ANALYZE afterwards, so that the counts, index-only scans and the
+    planner see the new rows as a day of service would have left them."""
     first = seeded(url) // TASKS
     last = task_instances // TASKS - 1
     with psycopg.connect(url, autocommit=True) as conn:
@@ -105,9 +110,23 @@ def seed(url: str, task_instances: int, now: str = "2026-12-01T00:00:00Z") -> in
             with conn.transaction():
                 for template in (_RUNS, _TIS, _HISTORY, _ATTEMPTS):
                     conn.execute(_sql(template), bounds)
-        for name in ("dag_runs", "task_instances", "task_instance_history", "task_attempts"):
+    fold(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name in ("dag_runs", "task_instances", "task_instance_history", "task_attempts", "task_instance_counts",
+                     "task_instance_count_deltas"):
             conn.execute(f"VACUUM ANALYZE {name}")
     return max(0, last + 1 - first) * TASKS
+
+
+def fold(url: str) -> None:
+    """Fold the kept counts' deltas the seeding appended, as the reaper's next sweep would."""
+    engine = make_engine(with_driver(url))
+    try:
+        with Session(engine) as session:
+            fold_counts(session=session)
+            session.commit()
+    finally:
+        engine.dispose()
 
 
 def size_per_task_instance(url: str) -> float:

@@ -30,7 +30,9 @@ FORMAT = "fenceline-snapshot/1"
 # Per-installation secrets and the login throttle's counts do not travel with the data, and
 # logs stay out: they live in the log store (even when that is the database), and
 # `fenceline logs copy` moves them. The schema window and the replicas describe the deployment.
-EXCLUDED = {"installation_secrets", "login_failures", "alembic_version", "log_chunks", "schema_window", "replicas"}
+# The kept counts follow the task instances restored (migration 0015's triggers keep them).
+EXCLUDED = {"installation_secrets", "login_failures", "alembic_version", "log_chunks", "schema_window", "replicas",
+            "task_instance_counts", "task_instance_count_deltas"}
 # The API's validators of what a client writes, applied to the same columns of a restored row
 # (a snapshot is untrusted input): identifiers (they become log paths and URLs), free-form
 # fields, the payload a worker is handed, labels, the bounded numbers, and every state and kind

@@ -118,9 +118,11 @@ class AnyOf(Filter):
     translate: Callable[[Any], Iterable[Any]] | None = None
 
     def condition(self, column: ColumnElement[Any] | None, value: Sequence[Any]) -> ColumnElement[bool]:
-        if self.translate is not None:
-            value = [native for v in value for native in self.translate(v)]
-        return any_of(column, value)
+        return any_of(column, self.condition_values(value))
+
+    def condition_values(self, value: Sequence[Any]) -> list[Any]:
+        """The stored values a request's `value` stands for."""
+        return [native for v in value for native in self.translate(v)] if self.translate else list(value)
 
 
 @dataclass(frozen=True)
@@ -168,15 +170,21 @@ def filters_of(model: type[BaseModel]) -> dict[str, Filter]:
             for marker in info.metadata if isinstance(marker, Filter)}
 
 
-def conditions(params: BaseModel, shown: Shown) -> list[ColumnElement[bool]]:
-    """The SQL of every filter `params` carries a value for (an empty list or None: no filter)."""
-    found = []
+def given_filters(params: BaseModel) -> dict[str, tuple[Filter, Any]]:
+    """The filters `params` carries a value for (an empty list or None: no filter), by
+    parameter name: (its marker, the value)."""
+    found = {}
     for name, marker in filters_of(type(params)).items():
         value = getattr(params, name)
         if value is None or (isinstance(value, list | tuple) and not value):
             continue
-        found.append(marker.condition(shown[marker.field], value))
+        found[name] = (marker, value)
     return found
+
+
+def conditions(params: BaseModel, shown: Shown) -> list[ColumnElement[bool]]:
+    """The SQL of every filter `params` carries a value for."""
+    return [marker.condition(shown[marker.field], value) for marker, value in given_filters(params).values()]
 
 
 @dataclass(frozen=True)

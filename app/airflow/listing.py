@@ -8,14 +8,15 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import and_, case, func, literal, null, select
+from sqlalchemy import Select, and_, case, func, literal, null, select
 from sqlmodel import Session
 
-from app.airflow.filters import Ordering, Shown, bad_request, conditions
+from app.airflow.filters import AnyOf, Ordering, Shown, bad_request, conditions, given_filters
 from app.airflow.service import EXECUTOR, WILDCARD, TryView, get_run, not_found
-from app.db.statements import paginate, paginate_by_key
+from app.db.statements import page_by_key, paginate, paginate_by_key
 from app.execution.models import TaskAttempt
 from app.orchestration import states
+from app.orchestration.counts import count_task_instances, unmapped_per_dag
 from app.orchestration.models import DagRun, TaskInstance
 from app.routing.models import Pool
 from app.routing.service import PoolUse, pool_uses
@@ -107,6 +108,8 @@ TI_ORDER = Ordering({
     "run_after": TaskInstance.created_at,
     **dict.fromkeys(("data_interval_start", "data_interval_end", "rendered_map_index", "operator"))},
     TI_TIES, refused={"duration": "fenceline does not order by duration (the duration is worked out per answer)"})
+TI_DEFAULT_ORDER = TI_ORDER(["map_index"])  # Airflow 3's; unmapped task instances first, then by dag_id
+_DEFAULT_ORDER_SQL = [str(term) for term in TI_DEFAULT_ORDER]
 
 
 def list_task_instances(session: Session, dag_id: str, run_id: str, filters: BaseModel, order: Sequence[ColumnTerm],
@@ -122,7 +125,50 @@ def list_task_instances(session: Session, dag_id: str, run_id: str, filters: Bas
             query = query.where(TaskInstance.dag_run_id == get_run(session, dag_id, run_id).id)
     elif dag_id != WILDCARD:
         query = query.where(TaskInstance.dag_id == dag_id)
-    return paginate_by_key(session, query, TaskInstance.id, limit, offset)
+    counted = _counted(filters, dag_id, run_id)
+    if counted is None:
+        return paginate_by_key(session, query, TaskInstance.id, limit, offset)
+    states_, of_dag = counted
+    total = count_task_instances(session=session, states=states_, dag_id=of_dag)
+    if of_dag is None and offset and _in_default_order(order):
+        query, offset = _skipped_by_counts(session, query, states_, limit, offset)
+    return page_by_key(session, query, TaskInstance.id, limit, offset), total
+
+
+def _counted(filters: BaseModel, dag_id: str, run_id: str) -> tuple[list[str] | None, str | None] | None:
+    """(native states or None for any, dag_id or None for any) when the kept counts
+    (app/orchestration/counts.py) count the list: every run, filtered by state and the DAG
+    alone. None for any other filter."""
+    given = list(given_filters(filters).values())
+    if run_id != WILDCARD or len(given) > 1:
+        return None
+    of_dag = None if dag_id == WILDCARD else dag_id
+    if not given:
+        return None, of_dag
+    ((marker, shown),) = given
+    if not (isinstance(marker, AnyOf) and marker.field == "state"):
+        return None
+    return marker.condition_values(shown), of_dag
+
+
+def _in_default_order(order: Sequence[ColumnTerm]) -> bool:
+    return [str(term) for term in order] == _DEFAULT_ORDER_SQL
+
+
+def _skipped_by_counts(session: Session, query: Select, states_: list[str] | None, limit: int,
+                       offset: int) -> tuple[Select, int]:
+    """The page at `offset` of `query` (in the default order, every unmapped task instance
+    before every mapped one, then by dag_id) as the same page of the unmapped rows of the DAGs
+    it spans, and the offset from the first of them: the rows of the DAGs before it are skipped
+    by their kept counts, never walked. Unchanged when the page reaches the mapped rows."""
+    before, first, skip = 0, None, 0
+    for dag, n in unmapped_per_dag(session=session, states=states_):
+        if first is None and before + n > offset:
+            first, skip = dag, offset - before
+        before += n
+        if first is not None and before >= offset + limit:
+            return query.where(TaskInstance.map_index == -1, TaskInstance.dag_id.between(first, dag)), skip
+    return query, offset
 
 
 def list_mapped(session: Session, dag_id: str, run_id: str, task_id: str, filters: BaseModel,

@@ -45,8 +45,13 @@ def paginate_by_key(session: Session, query: Select, key: Any, limit: int, offse
     then their rows. Where an index holds the filter, the order and the key, the keys are an
     index-only walk to the offset, so the rows skipped are never read from the table nor sorted."""
     total = session.execute(select(func.count()).select_from(query.order_by(None).subquery())).scalar_one()
+    return page_by_key(session, query, key, limit, offset), total
+
+
+def page_by_key(session: Session, query: Select, key: Any, limit: int, offset: int) -> list[Any]:
+    """paginate_by_key's page alone, for a caller that knows the count."""
     page = query.with_only_columns(key).limit(limit).offset(offset).scalar_subquery()
-    return list(session.execute(query.where(key.in_(page))).scalars()), total
+    return list(session.execute(query.where(key.in_(page))).scalars())
 
 
 @cache

@@ -38,6 +38,7 @@ from app.execution.attempts import close_attempt
 from app.identity.models import Execution
 from app.orchestration import states
 from app.orchestration.cas import RUN_LOCK, from_sources, lock_runs
+from app.orchestration.counts import fold_counts
 from app.orchestration.models import TaskInstance
 from app.orchestration.outcomes import InfraBackoff, Outcome, apply_outcome
 from app.orchestration.promotion import promote_eligible
@@ -188,6 +189,8 @@ def sweep(*, session: Session, thresholds: Thresholds, backoff: InfraBackoff, no
     promote_eligible(session=session, now=now, skip_locked=not dialect.writers_take_turns)
     if retention is not None and (removed := retention.sweep(session=session, now=now)):
         log.info("retention handled %d runs", removed)
+    # The kept counts' deltas, folded by one replica at a time (the sweep's lock).
+    fold_counts(session=session)
     for reason, count in marked.items():  # counted once the sweep is through (not when run again)
         reaper_marks.labels(reason=reason).inc(count)
     reaper_sweep_duration.observe(time.perf_counter() - started)

@@ -4,7 +4,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, ForeignKey, Index, UniqueConstraint, text
+from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 from app.db.dialect import partial_index
@@ -135,3 +135,30 @@ class TaskInstanceHistory(SQLModel, table=True):
     queued_at: datetime | None = _ts()
     started_at: datetime | None = _ts()
     ended_at: datetime | None = _ts()
+
+
+class TaskInstanceCount(SQLModel, table=True):
+    """How many task instances a DAG has in a state, mapped or not, as of the last fold
+    (app/orchestration/counts.py): with the deltas not yet folded, the exact count."""
+
+    __tablename__ = "task_instance_counts"
+
+    dag_id: str = Field(primary_key=True, max_length=250)
+    state: str = Field(primary_key=True, max_length=32)
+    mapped: bool = Field(primary_key=True)  # map_index >= 0
+    n: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class TaskInstanceCountDelta(SQLModel, table=True):
+    """A change of a count, appended by migration 0015's triggers on task_instances (never by
+    the application): writers only insert, so none waits on a counter another one updated."""
+
+    __tablename__ = "task_instance_count_deltas"
+
+    # SQLite numbers only an INTEGER PRIMARY KEY by itself.
+    id: int | None = Field(default=None, sa_column=Column(BigInteger().with_variant(Integer(), "sqlite"),
+                                                          primary_key=True, autoincrement=True))
+    dag_id: str = Field(max_length=250)
+    state: str = Field(max_length=32)
+    mapped: bool
+    delta: int = Field(sa_column=Column(BigInteger, nullable=False))

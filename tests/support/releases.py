@@ -78,3 +78,19 @@ def run_release(root: Path | None, *args: str, env: dict[str, str],
 def database_env(url: str, data_dir: Path) -> dict[str, str]:
     """This environment with no fenceline settings but the database and the data directory."""
     return {**clean_env(data_dir), "FENCELINE_DATABASE_URL": url}
+
+
+def release_before(directory: Path, migration: str) -> Path | None:
+    """The release before the one that added `migration` (a path under migrations/versions/),
+    as the git history holds it: its app/, migrations/, alembic.ini and tests/support in
+    `directory`/release-before. None outside a git checkout of the history."""
+    found = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "-1", "--", migration], cwd=SOURCE,
+                           capture_output=True, text=True)
+    if found.returncode != 0 or not found.stdout.strip():
+        return None
+    root = directory / "release-before"
+    root.mkdir()
+    archive = subprocess.run(["git", "archive", f"{found.stdout.strip()}^", *COPIED, "alembic.ini", "tests/__init__.py",
+                              "tests/support"], cwd=SOURCE, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
+    return root
