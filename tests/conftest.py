@@ -10,24 +10,20 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 from sqlmodel import Session
 
 from app.db.engine import make_engine
-from app.db.types import metadata
 from app.main import create_app
 from app.ops.migrate import upgrade
-from app.orchestration.routes import DEFAULT_POOL
-from app.routing.models import DEFAULT_POOL_SLOTS, Pool
 from tests.support.api import Operator
-from tests.support.counts import KEPT_COUNTS
-from tests.support.databases import BACKENDS, throwaway_database
-from tests.support.s3 import moto_s3
+from tests.support.databases import BACKENDS, empty_tables, throwaway_database
+from tests.support.logs import STORES
+from tests.support.s3 import empty_prefix, moto_s3
 from tests.support.servers import LiveServer
 from tests.support.settings import TEST_DATA_DIR, app_settings
-
-MIGRATED_DEFAULT_POOL = {"name": DEFAULT_POOL, "slots": DEFAULT_POOL_SLOTS, "description": "Default pool"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -72,18 +68,7 @@ def _clean_tables(request: pytest.FixtureRequest) -> Iterator[None]:
     if "engine" not in request.fixturenames:
         return
     shutil.rmtree(TEST_DATA_DIR / "logs", ignore_errors=True)
-    engine: Engine = request.getfixturevalue("engine")
-    # The kept counts last: deleting task instances appends their deltas (migration 0015).
-    tables = sorted(reversed(metadata.sorted_tables), key=lambda t: t.name in KEPT_COUNTS)
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            # DELETE, not TRUNCATE: a TRUNCATE of every table makes new files for each (0.2 s a
-            # test), a DELETE of a test's few rows takes a millisecond; in one round trip.
-            conn.exec_driver_sql("; ".join(f'DELETE FROM "{t.name}"' for t in tables))
-        else:
-            for table in tables:
-                conn.execute(table.delete())
-        conn.execute(Pool.__table__.insert().values(**MIGRATED_DEFAULT_POOL))  # what the migration seeds
+    empty_tables(request.getfixturevalue("engine"))
 
 
 @pytest.fixture
@@ -107,9 +92,36 @@ def make_client(db_url: str, engine: Engine) -> Iterator[Callable[..., TestClien
         client.__exit__(None, None, None)
 
 
+@pytest.fixture(scope="module")
+def shared_apps(db_url: str, engine: Engine) -> Callable[..., FastAPI]:
+    """The module's apps on one database: one with the test settings plus `overrides` (hashable
+    values), built the first time it is asked for. Building an app costs a few tenths of a second
+    (FastAPI prepares every route's dependencies), more than most tests take; starting one (a
+    TestClient's `with`) costs a few hundredths."""
+    apps: dict[tuple[tuple[str, Any], ...], FastAPI] = {}
+
+    def app(**overrides: Any) -> FastAPI:
+        key = tuple(sorted(overrides.items()))
+        if key not in apps:
+            apps[key] = create_app(app_settings(db_url, **overrides))
+        return apps[key]
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def shared_app(shared_apps: Callable[..., FastAPI]) -> FastAPI:
+    """The module's app with the test settings."""
+    return shared_apps()
+
+
 @pytest.fixture
-def client(make_client: Callable[..., TestClient]) -> TestClient:
-    return make_client()
+def client(shared_app: FastAPI) -> Iterator[TestClient]:
+    """A TestClient of the module's app, started for this test (its own lifespan, event loop and
+    cookies) and stopped after it. A test that changes the app itself (its state, a drain) or
+    needs other settings builds its own (make_client)."""
+    with TestClient(shared_app) as client:
+        yield client
 
 
 @pytest.fixture
@@ -153,6 +165,18 @@ def fresh_server(db_url: str, engine: Engine) -> Iterator[LiveServer]:
     """A live server of the test's own, started for it."""
     with LiveServer(create_app(app_settings(db_url))) as server:
         yield server
+
+
+@pytest.fixture(params=STORES)
+def store_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """FENCELINE_LOG_STORE for a test of every log store. The S3 store's prefix is the module's,
+    emptied after each test, so that the module's app of each store serves all its tests."""
+    if request.param != "s3":
+        yield request.param
+        return
+    bucket, prefix = request.getfixturevalue("s3_bucket"), request.module.__name__.replace(".", "-")
+    yield f"s3://{bucket}/{prefix}"
+    empty_prefix(bucket, prefix)
 
 
 S3_BUCKET = "fenceline-test"

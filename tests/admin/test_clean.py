@@ -2,7 +2,6 @@
 that ended before the date go with everything kept of them, every log store included; nothing
 else does, and nothing a fence relies on."""
 
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -17,22 +16,17 @@ from app.logs.models import LogRemoval
 from app.orchestration.models import DagRun, TaskInstance, TaskInstanceHistory
 from tests.support.api import Operator, Worker, kube_target, task
 from tests.support.history import finished
+from tests.support.logs import store_client
 
 TABLES = {"dag_runs": DagRun, "task_instances": TaskInstance, "task_instance_history": TaskInstanceHistory,
           "task_attempts": TaskAttempt, "log_removals": LogRemoval, "executions": Execution, "seats": Seat}
 TRIES = "/api/v2/dags/{dag}/dagRuns/{run}/taskInstances/t/tries"
 
 
-@pytest.fixture(params=["file", "database", "s3"])
-def store_name(request: pytest.FixtureRequest) -> str:
-    if request.param == "s3":
-        return f"s3://{request.getfixturevalue('s3_bucket')}/{uuid.uuid4().hex[:12]}"
-    return request.param
-
-
 @pytest.fixture
-def client(make_client, store_name):
-    return make_client(log_store=store_name)
+def client(store_name, shared_apps):
+    with store_client(store_name, shared_apps) as client:
+        yield client
 
 
 @pytest.fixture

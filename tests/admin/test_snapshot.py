@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.ops.migrate import upgrade
 from tests.support.api import Operator, Worker, assert_problem, kube_target, task
-from tests.support.databases import throwaway_database
+from tests.support.databases import empty_tables, throwaway_database
 from tests.support.settings import app_settings as settings_for
 
 FORMAT = "fenceline-snapshot/1"
@@ -21,13 +21,26 @@ SEAT_ROW = {
 SEEDED_POOL = {"name": "default_pool", "slots": 128, "description": "Default pool"}
 
 
-@pytest.fixture
-def fresh_client(is_postgres, tmp_path):
-    """A client of a second installation on a new, migrated, empty database."""
-    with throwaway_database("postgresql" if is_postgres else "sqlite", tmp_path) as url:
+@pytest.fixture(scope="module")
+def second_installation(db_url, tmp_path_factory):
+    """The app of a second installation, on a second migrated database of the same backend."""
+    backend = "postgresql" if db_url.startswith("postgresql") else "sqlite"
+    with throwaway_database(backend, tmp_path_factory.mktemp("second")) as url:
         upgrade(url)
-        with TestClient(create_app(settings_for(url))) as client:
+        app = create_app(settings_for(url))
+        yield app
+        app.state.engine.dispose()
+
+
+@pytest.fixture
+def fresh_client(second_installation):
+    """A client of the second installation, whose database is as migrated: emptied after each
+    test, as the first one is."""
+    try:
+        with TestClient(second_installation) as client:
             yield client
+    finally:
+        empty_tables(second_installation.state.engine)
 
 
 def three_generations(operator):

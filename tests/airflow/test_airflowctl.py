@@ -45,14 +45,22 @@ class Ctl:
         return record
 
 
+@pytest.fixture(scope="module")
+def ctl_home(shared_server, tmp_path_factory):
+    """An AIRFLOW_HOME whose airflowctl logged in to the module's server, once: every command is
+    a process that takes a second or so to start."""
+    home = tmp_path_factory.mktemp("airflowctl")
+    out = Ctl(home, shared_server.url).ok("auth", "login", "--api-url", shared_server.url, "--username", "admin",
+                                          "--password", ADMIN_PASSWORD)
+    assert "Login successful" in out
+    return home
+
+
 @pytest.fixture
-def ctl(live_server, tmp_path):
+def ctl(live_server, ctl_home):
     with live_server.client() as http:
         scenario.build(Operator(http))
-    ctl = Ctl(tmp_path, live_server.url)
-    out = ctl.ok("auth", "login", "--api-url", live_server.url, "--username", "admin", "--password", ADMIN_PASSWORD)
-    assert "Login successful" in out
-    return ctl
+    return Ctl(ctl_home, live_server.url)
 
 
 def test_a_wrong_password_is_refused_with_airflows_words(live_server, tmp_path):
@@ -97,13 +105,11 @@ def test_a_write_fenceline_does_not_take_is_refused_with_the_reason(ctl):
 
 
 @pytest.fixture
-def mixed_ctl(live_server, tmp_path):
+def mixed_ctl(live_server, ctl_home):
     """airflowctl logged in to a server with runs in mixed states (tests/support/airflow/mixed.py)."""
     with live_server.client() as http:
         mixed.build(Operator(http))
-    ctl = Ctl(tmp_path, live_server.url)
-    ctl.ok("auth", "login", "--api-url", live_server.url, "--username", "admin", "--password", ADMIN_PASSWORD)
-    return ctl
+    return Ctl(ctl_home, live_server.url)
 
 
 def test_dagrun_list_filters_by_state(mixed_ctl):

@@ -1,27 +1,20 @@
 """Every log test runs against each store — file, database and S3 (moto's server standing in
 for the bucket) — on each database, the way every storage test runs on both databases."""
 
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.logs.stores.base import LogStore
-from tests.support.logs import STORES
-
-
-@pytest.fixture(params=STORES)
-def store_name(request: pytest.FixtureRequest) -> str:
-    """FENCELINE_LOG_STORE for this test; each S3 test gets a prefix of its own."""
-    if request.param == "s3":
-        return f"s3://{request.getfixturevalue('s3_bucket')}/{uuid.uuid4().hex[:12]}"
-    return request.param
+from tests.support.logs import store_client
 
 
 @pytest.fixture
-def client(make_client: Callable[..., TestClient], store_name: str) -> TestClient:
-    return make_client(log_store=store_name)
+def client(store_name: str, shared_apps: Callable[..., FastAPI]) -> Iterator[TestClient]:
+    with store_client(store_name, shared_apps) as client:
+        yield client
 
 
 @pytest.fixture

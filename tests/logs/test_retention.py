@@ -11,13 +11,15 @@ from app.db.types import utcnow
 from app.logs.retention import Retention
 from app.orchestration.models import DagRun
 from tests.support.api import Operator, Worker, task, ti_ids
+from tests.support.logs import store_client
 
 V2 = "/api/v2/dags/dag/dagRuns/{run}/taskInstances/t/logs/1"
 
 
 @pytest.fixture
-def operator(make_client, store_name):
-    return Operator(make_client(log_store=store_name, log_retention_days=30))
+def operator(store_name, shared_apps):
+    with store_client(store_name, shared_apps, log_retention_days=30) as client:
+        yield Operator(client)
 
 
 def finished(operator, run_id: str, line: str) -> str:

@@ -35,3 +35,13 @@ def moto_s3() -> Iterator[str]:
                 os.environ[name] = value
         process.terminate()
         process.wait(timeout=20)
+
+
+def empty_prefix(bucket: str, prefix: str) -> None:
+    """Delete every object under `prefix/` of `bucket`."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        if objects := [{"Key": item["Key"]} for item in page.get("Contents", [])]:
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": objects})

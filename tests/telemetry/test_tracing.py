@@ -2,9 +2,11 @@
 database calls are spans, an incoming traceparent is continued, and a run's trace_id is the
 trace of its tasks' claims and reports."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -29,8 +31,10 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture
-def operator(make_client) -> Operator:
-    return Operator(make_client(otel=True))
+def operator(shared_apps: Callable[..., FastAPI]) -> Iterator[Operator]:
+    """The operator on the module's app with tracing, started for the test."""
+    with TestClient(shared_apps(otel=True)) as client:
+        yield Operator(client)
 
 
 def trace_of(span: ReadableSpan) -> str:
