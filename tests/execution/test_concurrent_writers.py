@@ -28,10 +28,12 @@ class TestTheMix:
     def test_no_answer_is_a_500_and_every_settle_happens_once(self, db_url, engine, is_postgres):
         """Two workers (three threads each) claim and report, in batches and alone, while two
         operators clear, clear runs' failures, sweep and create runs, and the reaper sweeps on
-        its own: for 15 s on PostgreSQL (5 s on SQLite, whose writers take turns). Before the
+        its own: for 15 s on PostgreSQL (5 s on SQLite, whose writers take turns), and on until 51
+        settles were acknowledged (a loaded machine settles fewer a second). Before the
         lock order, 1 to 4 answers of such a run were 500 (a deadlock)."""
         with LiveServer(create_app(app_settings(db_url, **SWEEPING))) as server, server.client() as client:
-            tally = run_mix(server.url, Operator(client), 15 if is_postgres else 5, threads=3, operators=2)
+            tally = run_mix(server.url, Operator(client), 15 if is_postgres else 5, threads=3, operators=2,
+                            settles=51)
         statuses = tally.by_status()
         assert statuses[500] == 0 and statuses[0] == 0, tally.statuses
         assert not tally.unanswered

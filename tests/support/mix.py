@@ -42,6 +42,8 @@ class Tally:
     claimed: Counter = field(default_factory=Counter)  # attempt -> times a claim handed it out
     unanswered: list[str] = field(default_factory=list)  # requests refused past RESENDS
     lock: threading.Lock = field(default_factory=threading.Lock)
+    wanted: int = 0  # settles to acknowledge before the mix may end (run_mix's `settles`)
+    settled: threading.Event = field(default_factory=threading.Event)  # set once `wanted` are acknowledged
 
     def by_status(self) -> Counter:
         totals: Counter = Counter()
@@ -160,6 +162,8 @@ class WorkerActor(Actor):
         elif status == 200 and state is not None:
             with self.tally.lock:
                 self.tally.acknowledged[held.key] = state
+                if len(self.tally.acknowledged) >= self.tally.wanted:
+                    self.tally.settled.set()
             self.held.pop(held.key, None)
 
 
@@ -210,14 +214,15 @@ def create_run(actor: OperatorActor, width: int = 12) -> None:
 
 
 def run_mix(url: str, operator: Operator, seconds: float, *, workers: int = 2, threads: int = 2,
-            operators: int = 1, extra: list[Callable[[threading.Event], None]] = ()) -> Tally:
-    """The mix against the server at `url` for `seconds`: `workers` executions, each claiming
+            operators: int = 1, extra: list[Callable[[threading.Event], None]] = (), settles: int = 0) -> Tally:
+    """The mix against the server at `url` for `seconds`, and on until `settles` settles were
+    acknowledged (a loaded machine settles fewer a second): `workers` executions, each claiming
     and reporting from `threads` threads (as a worker's claim loop and write coalescer run side by
     side), and `operators` operators (`extra`: more actors, each a function
     of the stop event, run in threads of their own); answers the tally."""
     json_ok = operator.patch("/v1/pools/default_pool", json={"slots": 100_000})
     assert json_ok.status_code == 200, json_ok.text
-    tally, stop = Tally(), threading.Event()
+    tally, stop = Tally(wanted=settles), threading.Event()
     actors: list[Actor] = []
     for n in range(workers):
         admitted = operator.admit(f"mix-worker-{n}")
@@ -230,6 +235,8 @@ def run_mix(url: str, operator: Operator, seconds: float, *, workers: int = 2, t
     for t in threads:
         t.start()
     stop.wait(seconds)
+    if settles:
+        tally.settled.wait(timeout=60)
     stop.set()
     for t in threads:
         t.join(timeout=120)
