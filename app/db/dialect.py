@@ -37,6 +37,7 @@ AUTOCOMMIT = "AUTOCOMMIT"
 _HOLD = text("SELECT pg_advisory_xact_lock(:k)")
 _TRY_HOLD = text("SELECT pg_try_advisory_xact_lock(:k)")
 _TRY_LEAD = text("SELECT pg_try_advisory_lock(:k)")
+_NO_FLUSH_WAIT = text("SET LOCAL synchronous_commit = off")
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,13 @@ class Dialect:
         if self.name == "sqlite":  # a UUID as SQLite stores it: 32 hex digits
             return {name: json.dumps([[v.hex if isinstance(v, uuid.UUID) else v for v in row] for row in rows])}
         return {f"{name}_{column}": [row[n] for row in rows] for n, (column, _) in enumerate(columns)}
+
+    def commit_without_flush_wait(self, session: Session) -> None:
+        """Let this transaction's commit answer before its WAL reaches the disk (PostgreSQL's
+        asynchronous commit): a crash of the database may then lose the transaction, whole,
+        never a part of it. SQLite's commits are left as they are."""
+        if self.name == "postgresql":
+            session.execute(_NO_FLUSH_WAIT)
 
     def lock_table(self, session: Session, table: str) -> None:
         """Lock `table` IN EXCLUSIVE MODE until the transaction ends: other writers of it wait,

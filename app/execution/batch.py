@@ -14,6 +14,7 @@ What entries can share, they share: a run of consecutive heartbeats is one guard
 (fence.heartbeats), and the runs of every outcome in the batch are locked first, in key order
 (cas.lock_runs), so two batches, or a batch and a reaper sweep, never deadlock. A batch sent
 again changes nothing twice, as each entry answers as its single request does when repeated.
+A batch of heartbeats alone commits without waiting for the disk (Dialect.commit_without_flush_wait).
 Log appends belong to the logs domain, above this one, so the app hands them in
 (BatchContext.append_log_entry).
 """
@@ -29,6 +30,7 @@ from sqlmodel import Session
 
 from app.auth.service import verified_attempt
 from app.auth.tokens import AttemptClaims, KeyRing
+from app.db.dialect import dialect_of
 from app.errors import AppError, forbidden, invalid_input, unauthorized, unstorable_value
 from app.execution import fence
 from app.execution.schemas import MAX_BATCH_ENTRIES, Report
@@ -99,6 +101,11 @@ def apply(*, session: Session, context: BatchContext, entries: list[dict[str, An
             checked.append(_checked(context, index, raw))
         except AppError as refusal:
             results[index] = Result.refused(refusal)
+    if checked and all(e.op == "heartbeat" for e in checked):
+        # A heartbeat a database crash loses leaves its attempt one beat older, and the silence of
+        # an outage never counts toward a reaper (contract 2.6): heartbeats alone need not wait
+        # for the disk (a fleet's batches, docs/performance.md "Issue 45: the fleet's tail").
+        dialect_of(session).commit_without_flush_wait(session)
     # The runs of every outcome first, in key order (cas.lock_runs): before any task instance's row.
     lock_runs(session, of={e.token.ti_id for e in checked if e.op == "report" and e.fields.get("state") != "running"})
     for group in _groups(checked):

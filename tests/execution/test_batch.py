@@ -10,9 +10,13 @@ from typing import Any
 import httpx
 import jwt
 from fastapi.testclient import TestClient
+from sqlalchemy import text
+from sqlmodel import Session
 
 from app.auth.tokens import KeyRing, Verified, decode, mint, mint_worker
+from app.execution.batch import BatchContext, apply
 from app.main import create_app
+from app.orchestration.outcomes import InfraBackoff
 from tests.support.api import Attempt, Operator, Worker, assert_problem, bearer, json_of, task
 from tests.support.clusters import database_on
 from tests.support.concurrency import race
@@ -357,3 +361,33 @@ class TestBatchFaults:
             assert_problem(send(client, worker, said(b, "running"), logged(a, offset, chunk)), 507, full)
             assert operator.ti(b.ti_id)["state"] == "queued"
             assert len(operator.log(a.ti_id).encode()) - offset < 1024  # only the system line beside it
+
+
+class TestBatchDurability:
+    """A batch of heartbeats alone commits without waiting for the disk (PostgreSQL's
+    asynchronous commit); any other entry makes the batch's commit wait as a single request's does."""
+
+    def applied_with(self, engine, worker: Worker, *entries: dict[str, Any]) -> tuple[list[int], str | None]:
+        """The entries' statuses, and the batch's synchronous_commit on PostgreSQL as it commits."""
+        context = BatchContext(uuid.UUID(worker.execution_id), KEYS, False, InfraBackoff(), refuse_logs)
+        with Session(engine) as session:
+            results = apply(session=session, context=context, entries=list(entries))
+            setting = session.execute(text("SHOW synchronous_commit")).scalar() \
+                if engine.dialect.name == "postgresql" else None
+            session.commit()
+        return [r.status for r in results], setting
+
+    def test_heartbeats_alone_do_not_wait_for_the_disk(self, engine, operator, is_postgres):
+        worker, (a, b) = running(operator, 2)
+        assert self.applied_with(engine, worker, beat(a), beat(b)) == ([200, 200], "off" if is_postgres else None)
+        assert operator.ti(a.ti_id)["last_heartbeat_at"] is not None
+
+    def test_a_report_among_heartbeats_waits_for_the_disk(self, engine, operator, is_postgres):
+        worker, (a, b) = running(operator, 2)
+        assert self.applied_with(engine, worker, beat(a), said(b, "success")) == \
+            ([200, 200], "on" if is_postgres else None)
+        assert operator.ti(b.ti_id)["state"] == "success"
+
+
+def refuse_logs(*_: Any) -> dict[str, Any]:
+    raise AssertionError("these batches carry no log entry")
