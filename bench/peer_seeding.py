@@ -14,7 +14,7 @@ instance a new id on a retry).
 
 import psycopg
 
-from bench.seeding import CHUNK_RUNS, DAGS, RETRIED_PERCENT, RUNNING, SPACING_SECONDS, TASKS
+from bench.seeding import DAGS, RETRIED_PERCENT, RUNNING, SPACING_SECONDS, TASKS, insert_runs
 
 TEMPLATE_RUN = "template"
 
@@ -139,11 +139,7 @@ def seed(url: str, task_instances: int, now: str = "2026-12-01T00:00:00Z") -> in
     first = seeded(url) // TASKS
     last = task_instances // TASKS - 1
     with psycopg.connect(url, autocommit=True) as conn:
-        for start in range(first, last + 1, CHUNK_RUNS):
-            bounds = {"first": start, "last": min(last, start + CHUNK_RUNS - 1), "now": now}
-            with conn.transaction():
-                for template in (_RUNS, _TIS, _HISTORY):
-                    conn.execute(_sql(template), bounds)
+        insert_runs(conn, first, last, now, [_sql(t) for t in (_RUNS, _TIS, _HISTORY)])
         for name in ("dag_run", "task_instance", "task_instance_history"):
             conn.execute(f"VACUUM ANALYZE {name}")
     return max(0, last + 1 - first) * TASKS

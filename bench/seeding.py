@@ -97,6 +97,16 @@ def seeded(url: str) -> int:
         return conn.execute("SELECT count(*) FROM task_instances").fetchone()[0]
 
 
+def insert_runs(conn: psycopg.Connection, first: int, last: int, now: str, statements: list[str]) -> None:
+    """Runs `first` to `last` by `statements` (each bound to first, last and now), CHUNK_RUNS
+    runs to a transaction."""
+    for start in range(first, last + 1, CHUNK_RUNS):
+        bounds = {"first": start, "last": min(last, start + CHUNK_RUNS - 1), "now": now}
+        with conn.transaction():
+            for statement in statements:
+                conn.execute(statement, bounds)
+
+
 def seed(url: str, task_instances: int, now: str = "2026-12-01T00:00:00Z") -> int:
     """Grow the database at `url` (a libpq URL, migrated) to `task_instances` task instances
     (rounded down to whole runs) with older runs; answers how many it added. The kept counts'
@@ -105,11 +115,7 @@ def seed(url: str, task_instances: int, now: str = "2026-12-01T00:00:00Z") -> in
     first = seeded(url) // TASKS
     last = task_instances // TASKS - 1
     with psycopg.connect(url, autocommit=True) as conn:
-        for start in range(first, last + 1, CHUNK_RUNS):
-            bounds = {"first": start, "last": min(last, start + CHUNK_RUNS - 1), "now": now}
-            with conn.transaction():
-                for template in (_RUNS, _TIS, _HISTORY, _ATTEMPTS):
-                    conn.execute(_sql(template), bounds)
+        insert_runs(conn, first, last, now, [_sql(t) for t in (_RUNS, _TIS, _HISTORY, _ATTEMPTS)])
     fold(url)
     with psycopg.connect(url, autocommit=True) as conn:
         for name in ("dag_runs", "task_instances", "task_instance_history", "task_attempts", "task_instance_counts",
