@@ -1,5 +1,5 @@
 """An outage of the control plane is nobody's fault (issue 43, item 3; contract 2.6): the
-database stopped, or the only server killed, for three times agent_lost_after. Afterwards the
+database stopped, or the only server killed, for twice agent_lost_after. Afterwards the
 thresholds start again: an attempt whose agent reports again in time keeps its epoch and its
 success is accepted, and one that stays silent is agent-lost a threshold after the control
 plane came back, not at its first sweep."""
@@ -22,8 +22,11 @@ from tests.support.servers import Served, clean_env
 from tests.support.settings import app_settings
 from tests.support.waiting import wait_until
 
-THRESHOLD = 3.0  # agent_lost_after and dispatch_lost_after, seconds
-OUTAGE = 3 * THRESHOLD
+# agent_lost_after and dispatch_lost_after, seconds: the time the test's own thread has, from the
+# control plane's return to a's heartbeat and c's report, on a machine the whole suite loads
+# (at 3 s, the likeliest cause of one failure in a full run).
+THRESHOLD = 5.0
+OUTAGE = 2 * THRESHOLD
 LOST_SETTINGS = {"reaper_interval_seconds": 0.2, "agent_lost_after_seconds": THRESHOLD,
                  "dispatch_lost_after_seconds": THRESHOLD}
 SWEEPS = "fenceline_reaper_sweep_duration_seconds_count"
