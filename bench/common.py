@@ -73,14 +73,11 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User and system CPU the server's processes have used so far, from /proc."""
-        total = 0
+        total = 0.0
         for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / os.sysconf("SC_CLK_TCK")
+            with contextlib.suppress(OSError):
+                total += cpu_seconds(pid)
+        return total
 
     def rss_bytes(self) -> int:
         """The server process's resident memory now."""
@@ -116,6 +113,12 @@ class Server:
 
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU process `pid` has used so far, from /proc (OSError once it is gone)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def postgres_cpu(database: str | None = None) -> dict[int, float]:
     """User and system CPU so far of each PostgreSQL process on this machine, from /proc: every
     one, or only the backends connected to `database` (on a server other sessions use too; its
@@ -129,10 +132,9 @@ def postgres_cpu(database: str | None = None) -> dict[int, float]:
             if (entry / "comm").read_text().strip() != "postgres":
                 continue
             titles[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ")
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            found[int(entry.name)] = cpu_seconds(int(entry.name))
         except OSError:
             continue
-        found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     if database:
         backends = {pid for pid, title in titles.items() if f" {database} " in title}
         workers = {pid for pid, title in titles.items()

@@ -23,11 +23,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.execution.schemas import MAX_CLAIM_WAIT_SECONDS  # noqa: E402
-from bench.common import ADMIN_PASSWORD, Server, percentile, table  # noqa: E402
+from bench.common import ADMIN_PASSWORD, Server, cpu_seconds, percentile, table  # noqa: E402
 
 CLAIM_WAIT = MAX_CLAIM_WAIT_SECONDS  # the longest wait the server allows: an idle worker asks once per wait
 HEARTBEAT_INTERVAL = 3.0  # under uvicorn's 5 s keep-alive, so a heartbeat never races a closing connection
-CLK_TCK = 100
 
 
 def serve_workers_option() -> bool:
@@ -43,8 +42,7 @@ def process_tree_cpu_seconds(pid: int) -> float:
     while stack:
         current = stack.pop()
         try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+            total += cpu_seconds(current)
             for task in Path(f"/proc/{current}/task").iterdir():
                 stack += [int(child) for child in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):

@@ -32,7 +32,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.attempts import agent, create_runs  # noqa: E402
-from bench.common import admit, concurrent_rate, database, table  # noqa: E402
+from bench.common import admit, concurrent_rate, cpu_seconds, database, table  # noqa: E402
 from tests.support.api import Operator  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.settings import served_env  # noqa: E402
@@ -105,11 +105,6 @@ def per_request_us(variant: str, requests: int) -> float:
         result = asyncio.run(best())
         logging.config.dictConfig(logconfig.dict_config("plain", "warning"))
         return result
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager

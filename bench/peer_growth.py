@@ -36,7 +36,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import growth, peer_seeding, seeding  # noqa: E402
-from bench.common import Server, table  # noqa: E402
+from bench.common import Server, cpu_seconds, table  # noqa: E402
 from tests.support.databases import PG_ADMIN_URL  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.waiting import wait_until_serving  # noqa: E402
@@ -172,16 +172,12 @@ class AirflowPeer:
 
     def cpu_seconds(self) -> float:
         """User and system CPU of the api-server's session (it and the workers it forked)."""
-        total = 0
+        total = 0.0
         for entry in Path("/proc").iterdir():
-            try:
-                if not entry.name.isdigit() or os.getsid(int(entry.name)) != self.process.pid:
-                    continue
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / os.sysconf("SC_CLK_TCK")
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and os.getsid(int(entry.name)) == self.process.pid:
+                    total += cpu_seconds(int(entry.name))
+        return total
 
 
 def read_table(peer: AirflowPeer, client: httpx.Client, size: int, requests: int, seconds: float) -> list[list[object]]:

@@ -9,7 +9,6 @@ working directory of another checkout (PYTHONPATH=. python /path/to/bench/routin
 --scenarios plain) to measure that checkout's plain claims."""
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,17 +17,12 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Server, admit, concurrent_rate, table  # noqa: E402
+from bench.common import Server, admit, concurrent_rate, cpu_seconds, table  # noqa: E402
 
 TASKS_PER_RUN = 100
 TENANTS = ["alpha", "beta", "gamma", None]
 ROUTES = [{"queue": "default", "pool": "default_pool"}, {"queue": "default", "pool": "loads"},
           {"queue": "gpu", "pool": "gpus"}]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def database_cpu(server: Server) -> dict[int, float]:
