@@ -8,7 +8,7 @@ from app.orchestration.counts import fold_counts
 from app.orchestration.models import TaskInstanceCount, TaskInstanceCountDelta
 
 # Their tables: emptied after the others between tests (deleting task instances appends deltas).
-KEPT_COUNTS = ("task_instance_counts", "task_instance_count_deltas")
+KEPT_COUNTS = (TaskInstanceCount.__tablename__, TaskInstanceCountDelta.__tablename__)
 
 Key = tuple[str, str, bool]
 
