@@ -9,7 +9,7 @@ read in one statement: one snapshot, exact even while a fold commits.
 
 from collections.abc import Sequence
 
-from sqlalchemy import Select, func, literal_column, select, text, union_all
+from sqlalchemy import Connection, Select, func, literal_column, select, text, union_all
 from sqlmodel import Session
 
 from app.db.dialect import dialect_of
@@ -51,10 +51,10 @@ def fold_counts(*, session: Session) -> None:
 
 
 def _kept_and_pending(states: Sequence[str] | None, dag_id: str | None, *, mapped: bool | None = None) -> Select:
-    """The counts and the pending deltas matching the arguments, as (dag_id, n) rows."""
+    """The counts and the pending deltas matching the arguments, as (dag_id, state, n) rows."""
     parts = []
     for table, value in ((COUNTS, COUNTS.c.n), (DELTAS, DELTAS.c.delta)):
-        part = select(table.c.dag_id, value.label("n"))
+        part = select(table.c.dag_id, table.c.state, value.label("n"))
         if states is not None:
             part = part.where(table.c.state.in_(states))
         if dag_id is not None:
@@ -81,3 +81,10 @@ def unmapped_per_dag(*, session: Session, states: Sequence[str] | None = None) -
     query = (select(rows.c.dag_id, total).group_by(rows.c.dag_id).having(total > literal_column("0"))
              .order_by(rows.c.dag_id))
     return [(dag_id, int(n)) for dag_id, n in session.execute(query)]
+
+
+def count_by_state(*, conn: Connection | Session) -> dict[str, int]:
+    """How many task instances are in each state (the states with none may be left out); exact,
+    in one statement."""
+    rows = _kept_and_pending(None, None)
+    return {state: int(n) for state, n in conn.execute(select(rows.c.state, func.sum(rows.c.n)).group_by(rows.c.state))}
